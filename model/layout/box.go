@@ -1,0 +1,131 @@
+package layout
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Box is an axis-aligned region of a tensor: Start[d] is the first index and
+// Size[d] the extent along dim d, in elements. A box is empty when any
+// extent is zero.
+type Box struct {
+	Start []int64
+	Size  []int64
+}
+
+// NewBox returns a zero box of rank n.
+func NewBox(n int) Box { return Box{Start: make([]int64, n), Size: make([]int64, n)} }
+
+// Rank is the number of dims.
+func (b Box) Rank() int { return len(b.Size) }
+
+// Elems is the number of elements in the box.
+func (b Box) Elems() int64 {
+	n := int64(1)
+	for _, s := range b.Size {
+		n *= s
+	}
+	return n
+}
+
+// Empty reports whether the box holds no element.
+func (b Box) Empty() bool {
+	for _, s := range b.Size {
+		if s == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Clone returns a deep copy.
+func (b Box) Clone() Box {
+	return Box{Start: append([]int64(nil), b.Start...), Size: append([]int64(nil), b.Size...)}
+}
+
+// Equal reports whether two boxes cover the same region (all empty boxes
+// of one rank are equal).
+func (b Box) Equal(o Box) bool {
+	if len(b.Size) != len(o.Size) {
+		return false
+	}
+	if b.Empty() || o.Empty() {
+		return b.Empty() && o.Empty()
+	}
+	for d := range b.Size {
+		if b.Start[d] != o.Start[d] || b.Size[d] != o.Size[d] {
+			return false
+		}
+	}
+	return true
+}
+
+// Intersect returns the overlap of two boxes of equal rank and whether it
+// is non-empty.
+func (b Box) Intersect(o Box) (Box, bool) {
+	r := NewBox(len(b.Size))
+	for d := range b.Size {
+		lo := max(b.Start[d], o.Start[d])
+		hi := min(b.Start[d]+b.Size[d], o.Start[d]+o.Size[d])
+		if hi <= lo {
+			return Box{}, false
+		}
+		r.Start[d], r.Size[d] = lo, hi-lo
+	}
+	return r, true
+}
+
+// Contains reports whether o lies inside b.
+func (b Box) Contains(o Box) bool {
+	for d := range b.Size {
+		if o.Start[d] < b.Start[d] || o.Start[d]+o.Size[d] > b.Start[d]+b.Size[d] {
+			return false
+		}
+	}
+	return true
+}
+
+// Sub returns o in coordinates relative to b's start (o must lie inside b).
+func (b Box) Sub(o Box) Box {
+	r := o.Clone()
+	for d := range r.Start {
+		r.Start[d] -= b.Start[d]
+	}
+	return r
+}
+
+// String writes the box as half-open ranges, "[0:16, 256:512, 0:7168]".
+func (b Box) String() string {
+	parts := make([]string, len(b.Size))
+	for d := range b.Size {
+		parts[d] = fmt.Sprintf("%d:%d", b.Start[d], b.Start[d]+b.Size[d])
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+// Runs describes how a box of a row-major array of shape full lies in memory:
+// it is Count runs of RunElems contiguous elements each. A box that is one
+// contiguous range has Count == 1.
+func (b Box) Runs(full []int64) (count, runElems int64) {
+	n := len(b.Size)
+	if b.Empty() {
+		return 0, 0
+	}
+	// Innermost dims that the box spans entirely merge into one run, plus
+	// the first dim (from the inside) that it spans only partly.
+	run := int64(1)
+	d := n - 1
+	for ; d >= 0; d-- {
+		run *= b.Size[d]
+		if b.Size[d] != full[d] {
+			d--
+			break
+		}
+	}
+	// Outer dims that have extent 1 add no runs.
+	count = 1
+	for ; d >= 0; d-- {
+		count *= b.Size[d]
+	}
+	return count, run
+}

@@ -1,0 +1,130 @@
+package scenario
+
+import (
+	"fmt"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/m2n-project/m2n/model/layout"
+	"github.com/m2n-project/m2n/model/units"
+)
+
+// File is a scenario document as written in TOML. docs/scenario.md is its
+// reference; every field there maps to a field here by its toml tag.
+type File struct {
+	Name        string   `toml:"name"`
+	Description string   `toml:"description"`
+	Routes      []string `toml:"routes"` // routes to plan; empty means all
+	// Chunk is the pipelining granularity of chunked routes ("4 MiB").
+	Chunk *units.Bytes `toml:"chunk"`
+
+	Topology   TopologySpec         `toml:"topology"`
+	Meshes     map[string]*MeshSpec `toml:"meshes"`
+	Tensors    []TensorSpec         `toml:"tensors"`
+	Sweeps     []SweepSpec          `toml:"sweep"`
+	References []ReferenceSpec      `toml:"reference"`
+}
+
+// TopologySpec picks a preset and overrides its constants. Unset fields keep
+// the preset's value.
+type TopologySpec struct {
+	Preset           string           `toml:"preset"`
+	Domains          *int             `toml:"domains"`
+	GPUsPerDomain    *int             `toml:"gpus_per_domain"`
+	NVLink           *units.Bandwidth `toml:"nvlink"`
+	NVLinkLine       *units.Bandwidth `toml:"nvlink_line"`
+	NICsPerGPU       *int             `toml:"nics_per_gpu"`
+	NIC              *units.Bandwidth `toml:"nic"`
+	NICLine          *units.Bandwidth `toml:"nic_line"`
+	Memory           *units.Bandwidth `toml:"memory"`
+	Oversubscription *float64         `toml:"oversubscription"`
+	LatencyNVLink    *units.Time      `toml:"latency_nvlink"`
+	LatencyNet       *units.Time      `toml:"latency_net"`
+	LatencyLocal     *units.Time      `toml:"latency_local"`
+	Placement        *PlacementSpec   `toml:"placement"`
+}
+
+// PlacementSpec places ranks on GPUs explicitly: rank Ranks[i] runs on GPU
+// GPUs[i]. Ranks not listed run on the GPU of their own number.
+type PlacementSpec struct {
+	Ranks RankList `toml:"ranks"`
+	GPUs  RankList `toml:"gpus"`
+}
+
+// MeshSpec is a named mesh: its shape, and its ranks either listed
+// ("0-15", "16-79,96", or an array) or as a contiguous run from FirstRank.
+type MeshSpec struct {
+	Shape     []int    `toml:"shape"`
+	Ranks     RankList `toml:"ranks"`
+	FirstRank *int     `toml:"first_rank"`
+}
+
+// TensorSpec is one tensor to move.
+type TensorSpec struct {
+	Name  string     `toml:"name"`
+	Shape []int64    `toml:"shape"`
+	DType string     `toml:"dtype"`
+	Src   LayoutSpec `toml:"src"`
+	Dst   LayoutSpec `toml:"dst"`
+}
+
+// LayoutSpec is a tensor's layout on one side: a mesh, by name (Mesh) or
+// inline (Shape with Ranks or FirstRank), and its placements written as in
+// DTensor, e.g. ["R", "S(1)"].
+type LayoutSpec struct {
+	Mesh       string   `toml:"mesh"`
+	Shape      []int    `toml:"shape"`
+	Ranks      RankList `toml:"ranks"`
+	FirstRank  *int     `toml:"first_rank"`
+	Placements []string `toml:"placements"`
+}
+
+// SweepSpec varies scenario keys over a list of points. With Key set, Values
+// are assigned to that key; with Set, each listed key takes its i-th value at
+// point i, and Values are the x-axis values (numbers) that name the points.
+// Several sweeps form their cartesian product.
+type SweepSpec struct {
+	Name   string                      `toml:"name"`
+	Key    string                      `toml:"key"`
+	Values []toml.Primitive            `toml:"values"`
+	Set    map[string][]toml.Primitive `toml:"set"`
+}
+
+// ReferenceSpec is a measured time to show beside the model: for one route
+// at one sweep point.
+type ReferenceSpec struct {
+	Route  string         `toml:"route"`
+	Point  map[string]any `toml:"point"`
+	TimeMS float64        `toml:"time_ms"`
+	Source string         `toml:"source"`
+	Note   string         `toml:"note"`
+}
+
+// RankList is a list of global ranks, written as a string of ranges
+// ("0-15,72") or an array of integers.
+type RankList []int
+
+// UnmarshalTOML reads a string or an integer array.
+func (r *RankList) UnmarshalTOML(v any) error {
+	switch x := v.(type) {
+	case string:
+		rs, err := layout.ParseRanks(x)
+		if err != nil {
+			return err
+		}
+		*r = rs
+		return nil
+	case []any:
+		out := make([]int, len(x))
+		for i, e := range x {
+			n, ok := e.(int64)
+			if !ok || n < 0 || n >= layout.MaxRank {
+				return fmt.Errorf("rank list element %d = %v: want a rank in [0, %d)", i, e, layout.MaxRank)
+			}
+			out[i] = int(n)
+		}
+		*r = out
+		return nil
+	}
+	return fmt.Errorf("rank list %v: want a string such as \"0-15,72\" or an array of integers", v)
+}

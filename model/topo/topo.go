@@ -1,0 +1,188 @@
+// Package topo models the machines a schedule runs on: NVLink domains of
+// GPUs, each GPU with NVLink egress and ingress, NICs, and local memory
+// bandwidth; domains joined by a network fabric; and where each global rank
+// runs.
+//
+// Every rate is per direction unless named otherwise. A topology carries two
+// sets of rates: line rates (the hardware's signalling rate, what the
+// speed-of-light bound uses) and achievable rates (what software reaches,
+// what the simulator uses by default). Presets fill both, with sources in
+// docs/topology.md; a scenario may override any constant.
+package topo
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/m2n-project/m2n/model/units"
+)
+
+// Topology is a cluster of identical GPUs in NVLink domains.
+type Topology struct {
+	Preset        string // preset name it started from, or "" for none
+	Domains       int    // number of NVLink domains
+	GPUsPerDomain int    // GPUs in each domain
+
+	NVLinkLine units.Bandwidth // NVLink line rate per GPU per direction
+	NVLink     units.Bandwidth // achievable NVLink rate per GPU per direction
+	NICsPerGPU int             // network interfaces per GPU
+	NICLine    units.Bandwidth // NIC line rate per direction
+	NIC        units.Bandwidth // achievable NIC rate per direction
+	// Memory is the achievable local memory bandwidth per GPU, counting bytes
+	// read plus bytes written (a copy of n bytes moves 2n).
+	Memory units.Bandwidth
+	// Oversubscription is the network fabric's ratio of injection to
+	// bisection bandwidth; 1 (or 0) is non-blocking. Above 1, each domain's
+	// uplink to the fabric carries at most (its NICs' rate) / Oversubscription.
+	Oversubscription float64
+
+	// Per-operation start latencies by path class.
+	LatencyNVLink units.Time // a transfer between GPUs of one domain
+	LatencyNet    units.Time // a transfer between domains
+	LatencyLocal  units.Time // a copy, pack or unpack on one GPU (a kernel or copy launch)
+
+	// RankGPU maps a global rank to its GPU index; ranks absent from it run
+	// on the GPU of the same number. GPU g is in domain g / GPUsPerDomain.
+	RankGPU map[int]int
+}
+
+// GPUs is the number of GPUs in the cluster.
+func (t *Topology) GPUs() int { return t.Domains * t.GPUsPerDomain }
+
+// GPU returns the GPU index of a global rank.
+func (t *Topology) GPU(rank int) int {
+	if g, ok := t.RankGPU[rank]; ok {
+		return g
+	}
+	return rank
+}
+
+// Domain returns the NVLink domain of a global rank.
+func (t *Topology) Domain(rank int) int { return t.GPU(rank) / t.GPUsPerDomain }
+
+// SameDomain reports whether two ranks share an NVLink domain.
+func (t *Topology) SameDomain(a, b int) bool { return t.Domain(a) == t.Domain(b) }
+
+// Validate checks every constant and reports all problems.
+func (t *Topology) Validate() error {
+	var errs []error
+	pos := func(name string, v int) {
+		if v <= 0 {
+			errs = append(errs, fmt.Errorf("%s = %d: must be positive", name, v))
+		}
+	}
+	bw := func(name string, v units.Bandwidth) {
+		if !(v > 0) {
+			errs = append(errs, fmt.Errorf("%s = %v: must be positive", name, v))
+		}
+	}
+	lat := func(name string, v units.Time) {
+		if v < 0 {
+			errs = append(errs, fmt.Errorf("%s = %v: must not be negative", name, v))
+		}
+	}
+	pos("domains", t.Domains)
+	pos("gpus_per_domain", t.GPUsPerDomain)
+	pos("nics_per_gpu", t.NICsPerGPU)
+	bw("nvlink", t.NVLink)
+	bw("nvlink_line", t.NVLinkLine)
+	bw("nic", t.NIC)
+	bw("nic_line", t.NICLine)
+	bw("memory", t.Memory)
+	lat("latency_nvlink", t.LatencyNVLink)
+	lat("latency_net", t.LatencyNet)
+	lat("latency_local", t.LatencyLocal)
+	if t.Oversubscription < 0 {
+		errs = append(errs, fmt.Errorf("oversubscription = %v: must be at least 1 (or 0 for non-blocking)", t.Oversubscription))
+	} else if t.Oversubscription > 0 && t.Oversubscription < 1 {
+		errs = append(errs, fmt.Errorf("oversubscription = %v: must be at least 1 (or 0 for non-blocking)", t.Oversubscription))
+	}
+	if len(errs) == 0 {
+		gpuRank := map[int]int{}
+		for _, r := range sortedKeys(t.RankGPU) {
+			g := t.RankGPU[r]
+			if g < 0 || g >= t.GPUs() {
+				errs = append(errs, fmt.Errorf("rank %d placed on GPU %d, outside the %d GPUs of %d domains x %d", r, g, t.GPUs(), t.Domains, t.GPUsPerDomain))
+			}
+			if o, dup := gpuRank[g]; dup {
+				errs = append(errs, fmt.Errorf("ranks %d and %d are both placed on GPU %d", o, r, g))
+			}
+			gpuRank[g] = r
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// CheckRanks verifies that every rank runs on a GPU of the topology and that
+// no two distinct ranks share a GPU.
+func (t *Topology) CheckRanks(ranks []int) error {
+	seen := map[int]int{}
+	sorted := append([]int(nil), ranks...)
+	sort.Ints(sorted)
+	for i, r := range sorted {
+		if i > 0 && sorted[i-1] == r {
+			continue
+		}
+		g := t.GPU(r)
+		if g < 0 || g >= t.GPUs() {
+			return fmt.Errorf("rank %d runs on GPU %d, but the topology has %d GPUs (%d domains x %d); add domains or place the rank", r, g, t.GPUs(), t.Domains, t.GPUsPerDomain)
+		}
+		if o, dup := seen[g]; dup {
+			return fmt.Errorf("ranks %d and %d both run on GPU %d", o, r, g)
+		}
+		seen[g] = r
+	}
+	return nil
+}
+
+// Clone returns a deep copy.
+func (t *Topology) Clone() *Topology {
+	c := *t
+	if t.RankGPU != nil {
+		c.RankGPU = make(map[int]int, len(t.RankGPU))
+		for k, v := range t.RankGPU {
+			c.RankGPU[k] = v
+		}
+	}
+	return &c
+}
+
+// Ideal returns a copy that runs at line rates with zero latencies: the
+// conditions of the speed-of-light bound.
+func (t *Topology) Ideal() *Topology {
+	c := t.Clone()
+	c.NVLink, c.NIC = c.NVLinkLine, c.NICLine
+	c.LatencyNVLink, c.LatencyNet, c.LatencyLocal = 0, 0, 0
+	return c
+}
+
+// Describe writes the constants, one per line, for reports.
+func (t *Topology) Describe() string {
+	var b strings.Builder
+	name := t.Preset
+	if name == "" {
+		name = "custom"
+	}
+	fmt.Fprintf(&b, "preset %s: %d domains x %d GPUs\n", name, t.Domains, t.GPUsPerDomain)
+	fmt.Fprintf(&b, "NVLink per GPU per direction: %v achievable, %v line\n", t.NVLink, t.NVLinkLine)
+	fmt.Fprintf(&b, "NIC: %d per GPU, %v achievable, %v line, per direction\n", t.NICsPerGPU, t.NIC, t.NICLine)
+	fmt.Fprintf(&b, "memory per GPU (read+write): %v\n", t.Memory)
+	over := "non-blocking"
+	if t.Oversubscription > 1 {
+		over = fmt.Sprintf("%g:1 oversubscribed", t.Oversubscription)
+	}
+	fmt.Fprintf(&b, "fabric: %s\n", over)
+	fmt.Fprintf(&b, "op start latency: NVLink %v, network %v, local %v\n", t.LatencyNVLink, t.LatencyNet, t.LatencyLocal)
+	return b.String()
+}
+
+func sortedKeys(m map[int]int) []int {
+	keys := make([]int, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Ints(keys)
+	return keys
+}
