@@ -102,7 +102,6 @@ func TestPaperSweep(t *testing.T) {
 	}
 }
 
-
 func TestSweepKinds(t *testing.T) {
 	doc := minimal + `
 [[sweep]]
