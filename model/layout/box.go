@@ -129,3 +129,68 @@ func (b Box) Runs(full []int64) (count, runElems int64) {
 	}
 	return count, run
 }
+
+// ForEachRun calls f(first, n) for each contiguous run of the box inside a
+// row-major array of shape full, in increasing order: first is the element
+// offset of the run in the array and n its length in elements.
+func (b Box) ForEachRun(full []int64, f func(first, n int64)) {
+	count, run := b.Runs(full)
+	if count == 0 {
+		return
+	}
+	nd := len(full)
+	stride := make([]int64, nd)
+	acc := int64(1)
+	for d := nd - 1; d >= 0; d-- {
+		stride[d] = acc
+		acc *= full[d]
+	}
+	// The dims outside the run iterate; they are those whose sizes multiply
+	// to count.
+	outer := nd
+	for prod := int64(1); outer > 0 && prod < run; {
+		outer--
+		prod *= b.Size[outer]
+	}
+	base := int64(0)
+	for d := range nd {
+		base += b.Start[d] * stride[d]
+	}
+	idx := make([]int64, outer)
+	off := base
+	for range count {
+		f(off, run)
+		for d := outer - 1; d >= 0; d-- {
+			idx[d]++
+			off += stride[d]
+			if idx[d] < b.Size[d] {
+				break
+			}
+			off -= idx[d] * stride[d]
+			idx[d] = 0
+		}
+	}
+}
+
+// BoxArena hands out boxes from large blocks, so code that makes millions
+// of small boxes (the planner, the verifier) makes few allocations. A box
+// from an arena must not be grown with append. The zero value is ready.
+type BoxArena struct{ buf []int64 }
+
+// New returns a zeroed box of rank nd.
+func (a *BoxArena) New(nd int) Box {
+	if len(a.buf) < 2*nd {
+		a.buf = make([]int64, max(2*nd, 1<<16))
+	}
+	b := Box{Start: a.buf[:nd:nd], Size: a.buf[nd : 2*nd : 2*nd]}
+	a.buf = a.buf[2*nd:]
+	return b
+}
+
+// Clone returns a copy of b from the arena.
+func (a *BoxArena) Clone(b Box) Box {
+	c := a.New(len(b.Size))
+	copy(c.Start, b.Start)
+	copy(c.Size, b.Size)
+	return c
+}

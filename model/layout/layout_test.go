@@ -228,3 +228,32 @@ func ExampleLayout_LocalBox() {
 	// [0:256, 768:1024, 0:7168]
 	// [0:256, 768:1024, 0:7168]
 }
+
+func TestForEachRun(t *testing.T) {
+	// Compare with element-by-element enumeration on random boxes.
+	full := []int64{3, 4, 5}
+	for a0 := int64(0); a0 < 3; a0++ {
+		for s1 := int64(1); s1 <= 4; s1++ {
+			for s2 := int64(1); s2 <= 5; s2++ {
+				b := Box{Start: []int64{a0, 4 - s1, 5 - s2}, Size: []int64{3 - a0, s1, s2}}
+				var got []int64
+				b.ForEachRun(full, func(first, n int64) {
+					for k := range n {
+						got = append(got, first+k)
+					}
+				})
+				var want []int64
+				for i := b.Start[0]; i < b.Start[0]+b.Size[0]; i++ {
+					for j := b.Start[1]; j < b.Start[1]+b.Size[1]; j++ {
+						for k := b.Start[2]; k < b.Start[2]+b.Size[2]; k++ {
+							want = append(want, (i*4+j)*5+k)
+						}
+					}
+				}
+				if fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Fatalf("%v: runs cover %v, want %v", b, got, want)
+				}
+			}
+		}
+	}
+}

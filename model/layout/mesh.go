@@ -41,11 +41,15 @@ func (m Mesh) Validate() error {
 	if len(m.Ranks) != n {
 		return fmt.Errorf("mesh shape %v has %d positions but the rank list has %d ranks", m.Shape, n, len(m.Ranks))
 	}
-	seen := make([]uint64, MaxRank/64)
+	hi := 0
 	for i, r := range m.Ranks {
 		if r < 0 || r >= MaxRank {
 			return fmt.Errorf("mesh rank %d at position %d: not in [0, %d)", r, i, MaxRank)
 		}
+		hi = max(hi, r)
+	}
+	seen := make([]uint64, hi/64+1)
+	for i, r := range m.Ranks {
 		if seen[r/64]&(1<<(r%64)) != 0 {
 			for j := range i {
 				if m.Ranks[j] == r {

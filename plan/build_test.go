@@ -1,0 +1,308 @@
+package plan
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/m2n-project/m2n/model/layout"
+	"github.com/m2n-project/m2n/model/topo"
+	"github.com/m2n-project/m2n/plan/hostexec"
+	"github.com/m2n-project/m2n/plan/ir"
+)
+
+func seq(a, n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = a + i
+	}
+	return out
+}
+
+func paperTensors(rho int) []ir.Tensor {
+	shape := []int64{256, 2048, 7168}
+	return []ir.Tensor{{
+		Name: "gate_proj",
+		Src:  layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{16}, Ranks: seq(0, 16)}, Placements: []layout.Placement{layout.S(0)}},
+		Dst:  layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{rho, 8}, Ranks: seq(72, 8*rho)}, Placements: []layout.Placement{layout.R, layout.S(1)}},
+	}}
+}
+
+func nvl72(domains int) *topo.Topology {
+	t, _ := topo.Preset("gb200-nvl72")
+	t.Domains = domains
+	return t
+}
+
+func TestBuildPaper(t *testing.T) {
+	for _, rho := range []int{2, 4, 8} {
+		for _, route := range Routes {
+			t0 := time.Now()
+			s, err := Build(paperTensors(rho), nvl72(2), Options{Route: route})
+			if err != nil {
+				t.Fatalf("rho %d %s: %v", rho, route, err)
+			}
+			t.Logf("rho %d %-12s %6d ops %5d buffers %v", rho, route, len(s.Ops), len(s.Buffers), time.Since(t0))
+		}
+	}
+}
+
+// BenchmarkBuildPaper plans and verifies the paper scenario: each route at
+// each replication factor.
+func BenchmarkBuildPaper(b *testing.B) {
+	for _, rho := range []int{2, 4, 8} {
+		for _, route := range Routes {
+			b.Run(fmt.Sprintf("rho=%d/%s", rho, route), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := Build(paperTensors(rho), nvl72(2), Options{Route: route}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkBuildBatch plans and verifies a batch of 1,000 tensors between
+// 128 and 128 ranks: each [4096, 1024] bf16, from a DP16 x TP8 trainer
+// sharding dim 0 to a DP16 x TP8 generator sharding dim 1 (64 contributions
+// of 128 KiB per tensor, 16 replicas on each side).
+func BenchmarkBuildBatch(b *testing.B) {
+	tensors := batchTensors(1000)
+	for _, route := range Routes {
+		b.Run(route, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Build(tensors, nvl72(4), Options{Route: route}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func batchTensors(n int) []ir.Tensor {
+	shape := []int64{4096, 1024}
+	src := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{16, 8}, Ranks: seq(0, 128)}, Placements: []layout.Placement{layout.R, layout.S(0)}}
+	dst := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{16, 8}, Ranks: seq(144, 128)}, Placements: []layout.Placement{layout.R, layout.S(1)}}
+	out := make([]ir.Tensor, n)
+	for i := range out {
+		out[i] = ir.Tensor{Name: fmt.Sprintf("t%d", i), Src: src, Dst: dst}
+	}
+	return out
+}
+
+// randomTopology places ranks 0..63 in domains of 2-8 GPUs.
+func randomTopology(rng *rand.Rand) *topo.Topology {
+	t, _ := topo.Preset("hgx-h200")
+	t.GPUsPerDomain = 2 + rng.IntN(7)
+	t.Domains = (96 + t.GPUsPerDomain - 1) / t.GPUsPerDomain
+	return t
+}
+
+// sentBy sums the bytes of sends by class, from ranks in from to ranks in to.
+func sentBytes(s *ir.Schedule, from, to func(int) bool) int64 {
+	var n int64
+	for i := range s.Ops {
+		op := &s.Ops[i]
+		if op.Kind == ir.Send && from(int(op.Rank)) && to(int(op.Peer)) {
+			n += op.Src.Bytes
+		}
+	}
+	return n
+}
+
+func TestRoutesDeliverExactBytes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	n := 200
+	if testing.Short() {
+		n = 40
+	}
+	for i := range n {
+		src, dst := randomLayouts(rng)
+		tp := randomTopology(rng)
+		tensors := []ir.Tensor{{Name: "t", Src: src, Dst: dst}}
+		if rng.IntN(3) == 0 { // a batch: a second tensor with its own layouts
+			s2, d2 := randomLayouts(rng)
+			tensors = append(tensors, ir.Tensor{Name: "u", Src: s2, Dst: d2})
+		}
+		chunk := int64(1 + rng.IntN(64))
+		for _, route := range Routes {
+			s, err := Build(tensors, tp, Options{Route: route, ChunkBytes: chunk})
+			if err != nil {
+				t.Fatalf("case %d %s: %v\nsrc %v\ndst %v", i, route, err, src, dst)
+			}
+			res, err := hostexec.Run(s, hostexec.Options{Seed: uint64(i)})
+			if err != nil {
+				t.Fatalf("case %d %s: %v", i, route, err)
+			}
+			if res.Wrong != 0 {
+				t.Fatalf("case %d %s: %d wrong bytes; first: %s\nsrc %v\ndst %v", i, route, res.Wrong, res.FirstWrong, src, dst)
+			}
+		}
+	}
+}
+
+// Route properties on disjoint meshes in separate domains: flat sends rho x B
+// from the sources, hierarchical B, and hierarchical brings each byte into
+// each destination domain once over the network; agbcast delivers the whole
+// tensor to every destination rank.
+func TestRouteTraffic(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for i := range 100 {
+		src, dst := randomLayouts(rng)
+		// Sources on ranks below 64, destinations on ranks 64 and up, in
+		// other domains: one domain of 64, or domains of 8.
+		for k := range dst.Mesh.Ranks {
+			dst.Mesh.Ranks[k] += 64
+		}
+		tp, _ := topo.Preset("hgx-h200")
+		tp.GPUsPerDomain, tp.Domains = 64, 2
+		if rng.IntN(2) == 0 {
+			tp.GPUsPerDomain, tp.Domains = 8, 16
+		}
+		tensors := []ir.Tensor{{Name: "t", Src: src, Dst: dst}}
+		r, err := Derive(src, dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		B := src.Bytes()
+		isSrc := func(rk int) bool { return rk < 64 }
+		isDst := func(rk int) bool { return rk >= 64 }
+		var rhoB int64 // bytes every destination rank needs, summed
+		for _, sl := range r.DstSlots {
+			rhoB += int64(len(sl.Ranks)) * sl.Box.Elems() * src.DType.Size()
+		}
+		chunk := int64(1 + rng.IntN(64))
+		for _, route := range Routes {
+			s, err := Build(tensors, tp, Options{Route: route, ChunkBytes: chunk})
+			if err != nil {
+				t.Fatal(err)
+			}
+			egress := sentBytes(s, isSrc, isDst)
+			switch route {
+			case Flat:
+				if egress != rhoB {
+					t.Errorf("case %d flat: source egress %d, want rho x B = %d", i, egress, rhoB)
+				}
+			case Hierarchical:
+				if egress != B {
+					t.Errorf("case %d hierarchical: source egress %d, want B = %d", i, egress, B)
+				}
+				// Network ingress of each destination domain = the unique
+				// bytes its replicas need.
+				for dom := 0; dom < tp.Domains; dom++ {
+					var need int64
+					for _, sl := range r.DstSlots {
+						for _, rk := range sl.Ranks {
+							if tp.Domain(rk) == dom {
+								need += sl.Box.Elems() * src.DType.Size()
+								break
+							}
+						}
+					}
+					in := sentBytes(s, func(rk int) bool { return tp.Domain(rk) != dom }, func(rk int) bool { return tp.Domain(rk) == dom })
+					if dom >= tp.Domain(64) && in != need {
+						t.Errorf("case %d hierarchical: domain %d receives %d bytes over the network, want %d", i, dom, in, need)
+					}
+				}
+			case AGBcast:
+				for _, d := range dst.Mesh.Ranks {
+					got := sentBytes(s, func(int) bool { return true }, func(rk int) bool { return rk == d })
+					if got != B {
+						t.Errorf("case %d agbcast: rank %d receives %d bytes of the broadcast, want %d", i, d, got, B)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestBuildDeterministic(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 9))
+	for range 20 {
+		src, dst := randomLayouts(rng)
+		tp := randomTopology(rng)
+		for _, route := range Routes {
+			a, err := Build([]ir.Tensor{{Name: "t", Src: src, Dst: dst}}, tp, Options{Route: route, ChunkBytes: 16})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := Build([]ir.Tensor{{Name: "t", Src: src, Dst: dst}}, tp, Options{Route: route, ChunkBytes: 16})
+			ja, _ := json.Marshal(a)
+			jb, _ := json.Marshal(b)
+			if !bytes.Equal(ja, jb) {
+				t.Fatalf("%s: two builds of the same input differ", route)
+			}
+			back, err := ir.Decode(bytes.NewReader(ja))
+			if err != nil {
+				t.Fatalf("%s: decode: %v", route, err)
+			}
+			jc, _ := json.Marshal(back)
+			if !bytes.Equal(ja, jc) {
+				t.Fatalf("%s: JSON does not round-trip", route)
+			}
+		}
+	}
+}
+
+func TestBuildErrors(t *testing.T) {
+	good := paperTensors(2)
+	for _, tc := range []struct {
+		name string
+		tp   *topo.Topology
+		opt  Options
+		err  string
+	}{
+		{"unknown route", nvl72(2), Options{Route: "teleport"}, `unknown route "teleport"`},
+		{"negative chunk", nvl72(2), Options{Route: Flat, ChunkBytes: -1}, "chunk size -1"},
+		{"ranks off the topology", nvl72(1), Options{Route: Flat}, "rank 72 runs on GPU 72, but the topology has 72 GPUs"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Build(good, tc.tp, tc.opt)
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("Build() = %v, want an error containing %q", err, tc.err)
+			}
+		})
+	}
+}
+
+func TestChunks(t *testing.T) {
+	// The paper's contribution [16, 256, 7168] bf16 in 4 MiB chunks: one
+	// expert (3.5 MiB) each.
+	g := layout.Box{Start: []int64{16, 256, 0}, Size: []int64{16, 256, 7168}}
+	cs := Chunks(g, 2, 4<<20)
+	if len(cs) != 16 || cs[3].Start[0] != 19 || cs[3].Size[0] != 1 || cs[3].Size[1] != 256 {
+		t.Fatalf("%d chunks, chunk 3 = %v", len(cs), cs[3])
+	}
+	rng := rand.New(rand.NewPCG(1, 1))
+	for range 500 {
+		nd := 1 + rng.IntN(4)
+		b := layout.NewBox(nd)
+		for d := range nd {
+			b.Start[d] = rng.Int64N(3)
+			b.Size[d] = 1 + rng.Int64N(6)
+		}
+		elem := int64(1 << rng.IntN(4))
+		chunk := 1 + rng.Int64N(200)
+		var sum int64
+		for _, c := range Chunks(b, elem, chunk) {
+			if !b.Contains(c) || c.Empty() {
+				t.Fatalf("chunk %v outside %v", c, b)
+			}
+			if c.Elems()*elem > max(chunk, elem) && c.Elems() > 1 {
+				// A chunk may exceed the size only when one element does.
+				t.Fatalf("chunk %v of %d bytes exceeds %d", c, c.Elems()*elem, chunk)
+			}
+			sum += c.Elems()
+		}
+		if sum != b.Elems() {
+			t.Fatalf("chunks of %v cover %d elements, want %d", b, sum, b.Elems())
+		}
+	}
+}

@@ -1,0 +1,285 @@
+// Package hostexec is the host reference executor: it runs any schedule in
+// Go over real byte buffers, one goroutine per rank, and checks every
+// destination byte. It honours only the schedule's dependencies and picks
+// among the ops that are ready in a random order (from a seed), so a missing
+// dependency shows up as a wrong byte or a reported hazard.
+//
+// Sources are filled with a pattern computed from each element's global
+// index ([Pattern]); outputs start as the complement of the bytes they must
+// end with, so a byte never written can never pass.
+package hostexec
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+
+	"github.com/m2n-project/m2n/model/layout"
+	"github.com/m2n-project/m2n/model/units"
+	"github.com/m2n-project/m2n/plan/ir"
+)
+
+// DefaultMaxBytes bounds the host memory a run may allocate.
+const DefaultMaxBytes = 4 << 30
+
+// Options configure a run.
+type Options struct {
+	Seed     uint64 // seeds the order in which ready ops run
+	MaxBytes int64  // refuse schedules whose buffers exceed this; 0 means DefaultMaxBytes
+}
+
+// Result is what a run found.
+type Result struct {
+	Ops        int    // ops executed
+	Bytes      int64  // output bytes checked
+	Wrong      int64  // output bytes that differ from the expected pattern
+	FirstWrong string // where the first wrong byte is, when Wrong > 0
+}
+
+// Pattern is the value of element g (its row-major index in the global
+// tensor) of tensor t: a splitmix64 hash, of which an element keeps its
+// first dtype-size bytes, little-endian. The GPU fill kernel computes the
+// same function.
+func Pattern(t int, g uint64) uint64 {
+	z := uint64(t)*0x9E3779B97F4A7C15 + g + 0x632BE59BD9B4E019
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+	return z ^ (z >> 31)
+}
+
+// fillBox writes the pattern of a global box of tensor t (global shape
+// shape, element size elem) into buf, row-major; with invert, its complement.
+func fillBox(buf []byte, t int, shape []int64, box layout.Box, elem int64, invert bool) {
+	var tmp [8]byte
+	pos := int64(0)
+	// Each run of the box in the global tensor is a run of global indices.
+	box.ForEachRun(shape, func(first, n int64) {
+		for k := range n {
+			v := Pattern(t, uint64(first+k))
+			if invert {
+				v = ^v
+			}
+			binary.LittleEndian.PutUint64(tmp[:], v)
+			copy(buf[pos:pos+elem], tmp[:elem])
+			pos += elem
+		}
+	})
+}
+
+// Run executes the schedule and checks every output byte.
+func Run(s *ir.Schedule, opt Options) (*Result, error) {
+	if opt.MaxBytes == 0 {
+		opt.MaxBytes = DefaultMaxBytes
+	}
+	var total int64
+	for i := range s.Buffers {
+		total += s.Buffers[i].Bytes
+	}
+	if total > opt.MaxBytes {
+		return nil, fmt.Errorf("the schedule's buffers need %s, more than the host executor's limit of %s; shrink the tensors (m2n's --scale)",
+			units.Bytes(total).Human(), units.Bytes(opt.MaxBytes).Human())
+	}
+	e := &executor{s: s, bufs: make([][]byte, len(s.Buffers))}
+	for i := range s.Buffers {
+		b := &s.Buffers[i]
+		e.bufs[i] = make([]byte, b.Bytes)
+		if b.Placed() && b.Kind != ir.Staging {
+			t := &s.Tensors[b.Tensor]
+			fillBox(e.bufs[i], b.Tensor, t.Src.Shape, b.Box, t.Src.DType.Size(), b.Kind == ir.Output)
+		}
+	}
+	if err := e.run(opt.Seed); err != nil {
+		return nil, err
+	}
+	res := &Result{Ops: len(s.Ops)}
+	for i := range s.Buffers {
+		b := &s.Buffers[i]
+		if b.Kind != ir.Output {
+			continue
+		}
+		t := &s.Tensors[b.Tensor]
+		want := make([]byte, b.Bytes)
+		fillBox(want, b.Tensor, t.Src.Shape, b.Box, t.Src.DType.Size(), false)
+		res.Bytes += b.Bytes
+		for o := range want {
+			if want[o] != e.bufs[i][o] {
+				if res.Wrong == 0 {
+					res.FirstWrong = fmt.Sprintf("output buffer %d of %s on rank %d, byte %d: got %#02x, want %#02x",
+						i, t.Name, b.Rank, o, e.bufs[i][o], want[o])
+				}
+				res.Wrong++
+			}
+		}
+	}
+	return res, nil
+}
+
+type executor struct {
+	s    *ir.Schedule
+	bufs [][]byte
+
+	mu         sync.Mutex
+	cond       *sync.Cond
+	remaining  []int32   // unmet dependencies per op
+	dependents [][]int32 // ops waiting on each op
+	ready      map[int32][]int32
+	posted     []bool // a send or recv whose dependencies are met
+	left       int    // ops not yet complete
+	idle       int    // rank goroutines waiting
+	ranks      []int32
+	failed     error
+}
+
+func (e *executor) run(seed uint64) error {
+	s := e.s
+	e.cond = sync.NewCond(&e.mu)
+	e.remaining = make([]int32, len(s.Ops))
+	e.dependents = make([][]int32, len(s.Ops))
+	e.posted = make([]bool, len(s.Ops))
+	e.ready = map[int32][]int32{}
+	e.left = len(s.Ops)
+	for _, r := range s.World {
+		e.ranks = append(e.ranks, int32(r.Rank))
+	}
+	for i := range int32(len(s.Ops)) {
+		e.remaining[i] = s.Ops[i].DepLen
+		for _, d := range s.Deps(i) {
+			e.dependents[d] = append(e.dependents[d], i)
+		}
+	}
+	for i := range int32(len(s.Ops)) {
+		if e.remaining[i] == 0 {
+			e.makeReady(i)
+		}
+	}
+	var wg sync.WaitGroup
+	for k, r := range e.ranks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.worker(r, rand.New(rand.NewPCG(seed, uint64(k))))
+		}()
+	}
+	wg.Wait()
+	return e.failed
+}
+
+// makeReady records that op i's dependencies are met. Called with mu held.
+func (e *executor) makeReady(i int32) {
+	op := &e.s.Ops[i]
+	switch op.Kind {
+	case ir.Send:
+		e.posted[i] = true
+		if e.posted[op.Match] {
+			e.ready[op.Peer] = append(e.ready[op.Peer], op.Match) // the receiver runs the pair
+		}
+	case ir.Recv:
+		e.posted[i] = true
+		if e.posted[op.Match] {
+			e.ready[op.Rank] = append(e.ready[op.Rank], i)
+		}
+	default:
+		e.ready[op.Rank] = append(e.ready[op.Rank], i)
+	}
+}
+
+func (e *executor) worker(rank int32, rng *rand.Rand) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for {
+		for len(e.ready[rank]) == 0 && e.left > 0 && e.failed == nil {
+			e.idle++
+			if e.idle == len(e.ranks) && e.nothingReady() {
+				e.failed = fmt.Errorf("deadlock: %d ops can never run", e.left)
+				e.cond.Broadcast()
+				e.idle--
+				return
+			}
+			e.cond.Wait()
+			e.idle--
+		}
+		if e.left == 0 || e.failed != nil {
+			return
+		}
+		q := e.ready[rank]
+		k := rng.IntN(len(q))
+		i := q[k]
+		q[k] = q[len(q)-1]
+		e.ready[rank] = q[:len(q)-1]
+		e.mu.Unlock()
+		err := e.exec(i)
+		e.mu.Lock()
+		if err != nil && e.failed == nil {
+			e.failed = err
+		}
+		done := []int32{i}
+		if m := e.s.Ops[i].Match; m >= 0 {
+			done = append(done, m)
+		}
+		for _, d := range done {
+			e.left--
+			for _, n := range e.dependents[d] {
+				if e.remaining[n]--; e.remaining[n] == 0 {
+					e.makeReady(n)
+				}
+			}
+		}
+		e.cond.Broadcast()
+	}
+}
+
+func (e *executor) nothingReady() bool {
+	for _, q := range e.ready {
+		if len(q) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// exec performs op i (for a recv, the whole transfer).
+func (e *executor) exec(i int32) error {
+	op := &e.s.Ops[i]
+	src, dst := op.Src, op.Dst
+	if op.Kind == ir.Recv {
+		src = e.s.Ops[op.Match].Src
+	}
+	data := e.gather(src)
+	if int64(len(data)) != dst.Bytes {
+		return fmt.Errorf("op %d: moves %d bytes into a region of %d", i, len(data), dst.Bytes)
+	}
+	e.scatter(dst, data)
+	return nil
+}
+
+// gather returns a copy of a region's bytes in order.
+func (e *executor) gather(r ir.Region) []byte {
+	buf := e.bufs[r.Buf]
+	if !r.IsBox() {
+		return append([]byte(nil), buf[r.Offset:r.Offset+r.Bytes]...)
+	}
+	b := &e.s.Buffers[r.Buf]
+	elem := e.s.Elem(b.Tensor)
+	out := make([]byte, 0, r.Bytes)
+	e.s.Box(r).ForEachRun(b.Box.Size, func(first, n int64) {
+		out = append(out, buf[first*elem:(first+n)*elem]...)
+	})
+	return out
+}
+
+// scatter writes data over a region in order.
+func (e *executor) scatter(r ir.Region, data []byte) {
+	buf := e.bufs[r.Buf]
+	if !r.IsBox() {
+		copy(buf[r.Offset:r.Offset+r.Bytes], data)
+		return
+	}
+	b := &e.s.Buffers[r.Buf]
+	elem := e.s.Elem(b.Tensor)
+	pos := int64(0)
+	e.s.Box(r).ForEachRun(b.Box.Size, func(first, n int64) {
+		copy(buf[first*elem:(first+n)*elem], data[pos:pos+n*elem])
+		pos += n * elem
+	})
+}

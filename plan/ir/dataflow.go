@@ -1,0 +1,337 @@
+package ir
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/m2n-project/m2n/model/layout"
+)
+
+// seg is part of the content of a byte range: the elements of a global box
+// of a tensor, in row-major order.
+type seg struct {
+	tensor int
+	box    layout.Box
+}
+
+func (v *validator) segBytes(g seg) int64 { return g.box.Elems() * v.s.Elem(g.tensor) }
+
+// dataflow checks, op by op in ID order, where every byte comes from.
+func (v *validator) dataflow() error {
+	s := v.s
+	// Collect every write as byte spans of its buffer.
+	writes := make([][]span, len(s.Buffers))
+	for i := range int32(len(s.Ops)) {
+		op := &s.Ops[i]
+		if op.Kind == Send {
+			continue
+		}
+		b := &s.Buffers[op.Dst.Buf]
+		v.runs(b, op.Dst, func(lo, hi int64) {
+			writes[op.Dst.Buf] = append(writes[op.Dst.Buf], span{lo, hi, i})
+		})
+	}
+	for bi, ws := range writes {
+		sortSpans(ws)
+		b := &s.Buffers[bi]
+		for k := 1; k < len(ws); k++ {
+			if ws[k].lo < ws[k-1].hi {
+				return v.opErr(ws[k].op, "writes bytes [%d, %d) of buffer %d (%s, rank %d) that op %d also writes",
+					ws[k].lo, min(ws[k].hi, ws[k-1].hi), bi, b.Kind, b.Rank, ws[k-1].op)
+			}
+		}
+		if b.Kind == Output {
+			var at int64
+			for _, w := range ws {
+				if w.lo != at {
+					break
+				}
+				at = w.hi
+			}
+			if at != b.Bytes {
+				return fmt.Errorf("buffer %d (output of %s on rank %d): bytes from %d on are never written", bi, s.Tensors[b.Tensor].Name, b.Rank, at)
+			}
+		}
+	}
+	v.writes = writes
+	v.content = map[int32][]seg{}
+	v.stamp = make([]int32, len(s.Ops))
+	for i := range int32(len(s.Ops)) {
+		op := &s.Ops[i]
+		switch op.Kind {
+		case Copy, Pack, Unpack:
+			c, err := v.read(i, op.Src)
+			if err != nil {
+				return err
+			}
+			if err := v.write(i, op.Dst, c); err != nil {
+				return err
+			}
+		case Send, Recv:
+			if op.Match > i {
+				continue // the transfer is checked at its later op
+			}
+			snd, rcv := op.Match, i
+			if op.Kind == Send {
+				snd, rcv = i, op.Match
+			}
+			c, err := v.read(snd, s.Ops[snd].Src)
+			if err != nil {
+				return err
+			}
+			if err := v.write(rcv, s.Ops[rcv].Dst, c); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// runs calls f with the byte spans a region covers in its buffer.
+func (v *validator) runs(b *Buffer, r Region, f func(lo, hi int64)) {
+	if !r.IsBox() {
+		f(r.Offset, r.Offset+r.Bytes)
+		return
+	}
+	elem := v.s.Elem(b.Tensor)
+	v.s.Box(r).ForEachRun(b.Box.Size, func(lo, n int64) { f(lo*elem, (lo+n)*elem) })
+}
+
+// globalBox returns the global box a region of a placed buffer covers; a
+// byte range must cover whole elements that form a box.
+func (v *validator) globalBox(op int32, b *Buffer, r Region) (layout.Box, error) {
+	if r.IsBox() {
+		g := v.boxes.Clone(v.s.Box(r))
+		for d := range g.Start {
+			g.Start[d] += b.Box.Start[d]
+		}
+		return g, nil
+	}
+	elem := v.s.Elem(b.Tensor)
+	if r.Offset%elem != 0 || r.Bytes%elem != 0 {
+		return layout.Box{}, v.opErr(op, "byte range [%d, %d) of buffer %d splits an element", r.Offset, r.Offset+r.Bytes, r.Buf)
+	}
+	g, ok := v.rangeBox(b.Box, r.Offset/elem, r.Bytes/elem)
+	if !ok {
+		return layout.Box{}, v.opErr(op, "byte range [%d, %d) of buffer %d is not a box of %s", r.Offset, r.Offset+r.Bytes, r.Buf, v.s.Tensors[b.Tensor].Name)
+	}
+	return g, nil
+}
+
+// rangeBox returns the elements [start, start+n) of box b in row-major
+// order as a box, if they form one.
+func (v *validator) rangeBox(b layout.Box, start, n int64) (layout.Box, bool) {
+	nd := len(b.Size)
+	if n <= 0 || start < 0 || start+n > b.Elems() {
+		return layout.Box{}, false
+	}
+	var strides [9]int64
+	stride := strides[:]
+	if nd+1 > len(strides) {
+		stride = make([]int64, nd+1)
+	}
+	stride[nd] = 1
+	for d := nd - 1; d >= 0; d-- {
+		stride[d] = stride[d+1] * b.Size[d]
+	}
+	// stride[d] is the element count of one index step of dim d-1: stride[0]
+	// is the whole box, stride[nd] one element.
+	for d := 0; d < nd; d++ {
+		st := stride[d+1]
+		if start%st != 0 || n%st != 0 {
+			continue
+		}
+		if start/stride[d] != (start+n-1)/stride[d] {
+			return layout.Box{}, false
+		}
+		out := v.boxes.New(nd)
+		for k := 0; k < nd; k++ {
+			switch {
+			case k < d:
+				out.Start[k] = b.Start[k] + (start/stride[k+1])%b.Size[k]
+				out.Size[k] = 1
+			case k == d:
+				out.Start[k] = b.Start[k] + (start/st)%b.Size[k]
+				out.Size[k] = n / st
+			default:
+				out.Start[k] = b.Start[k]
+				out.Size[k] = b.Size[k]
+			}
+		}
+		return out, true
+	}
+	return layout.Box{}, false
+}
+
+// read returns the content of a region as op reads it, after checking that
+// every byte was written by an op that happens before op.
+func (v *validator) read(op int32, r Region) ([]seg, error) {
+	s := v.s
+	b := &s.Buffers[r.Buf]
+	if b.Kind != Input {
+		// Every byte read must be written, by ops that happen before op. A
+		// strided box has many runs: when the writes cover the span from its
+		// first to its last byte without a gap, and all happen before op,
+		// every run is covered; only otherwise check run by run.
+		lo, hi := r.Offset, r.Offset+r.Bytes
+		if r.IsBox() {
+			// The box's first and last elements bound its runs.
+			box, elem := v.s.Box(r), v.s.Elem(b.Tensor)
+			var first, last int64
+			for d, n := range b.Box.Size {
+				first = first*n + box.Start[d]
+				last = last*n + box.Start[d] + box.Size[d] - 1
+			}
+			lo, hi = first*elem, (last+1)*elem
+		}
+		if err := v.writersBefore(op, int(r.Buf), lo, hi); err != nil {
+			var err2 error
+			v.runs(b, r, func(a, z int64) {
+				if err2 == nil {
+					err2 = v.writersBefore(op, int(r.Buf), a, z)
+				}
+			})
+			if err2 != nil {
+				return nil, err2
+			}
+		}
+	}
+	if b.Placed() {
+		g, err := v.globalBox(op, b, r)
+		if err != nil {
+			return nil, err
+		}
+		v.one[0] = seg{b.Tensor, g}
+		return v.one[:], nil
+	}
+	// Unplaced staging: the content its writers left.
+	ws := v.writes[r.Buf]
+	lo, hi := r.Offset, r.Offset+r.Bytes
+	k := sort.Search(len(ws), func(i int) bool { return ws[i].hi > lo })
+	var out []seg
+	for ; k < len(ws) && ws[k].lo < hi; k++ {
+		w := ws[k]
+		pos := w.lo // byte offset of the current segment of w
+		for _, g := range v.content[w.op] {
+			n := v.segBytes(g)
+			a, z := max(pos, lo), min(pos+n, hi)
+			if a < z {
+				if a == pos && z == pos+n {
+					out = append(out, g)
+				} else {
+					elem := s.Elem(g.tensor)
+					if (a-pos)%elem != 0 || (z-a)%elem != 0 {
+						return nil, v.opErr(op, "reads bytes [%d, %d) of buffer %d, splitting an element", lo, hi, r.Buf)
+					}
+					sub, ok := v.rangeBox(g.box, (a-pos)/elem, (z-a)/elem)
+					if !ok {
+						return nil, v.opErr(op, "reads bytes [%d, %d) of buffer %d, which cut %s's box %v into a non-box", lo, hi, r.Buf, s.Tensors[g.tensor].Name, g.box)
+					}
+					out = append(out, seg{g.tensor, sub})
+				}
+			}
+			pos += n
+		}
+	}
+	return out, nil
+}
+
+// write checks content against a placed destination, or records it for an
+// unplaced one.
+func (v *validator) write(op int32, r Region, c []seg) error {
+	s := v.s
+	b := &s.Buffers[r.Buf]
+	var total int64
+	for _, g := range c {
+		total += v.segBytes(g)
+	}
+	if total != r.Bytes {
+		return v.opErr(op, "writes %d bytes of content into a region of %d", total, r.Bytes)
+	}
+	if !b.Placed() {
+		v.content[op] = append([]seg(nil), c...)
+		return nil
+	}
+	want, err := v.globalBox(op, b, r)
+	if err != nil {
+		return err
+	}
+	var at int64 // elements of want covered so far
+	for _, g := range c {
+		if g.tensor != b.Tensor {
+			return v.opErr(op, "writes elements of %s into buffer %d of %s", s.Tensors[g.tensor].Name, r.Buf, s.Tensors[b.Tensor].Name)
+		}
+		n := g.box.Elems()
+		exp, ok := v.rangeBox(want, at, n)
+		if !ok || !exp.Equal(g.box) {
+			return v.opErr(op, "writes %s elements %v where %v belong (buffer %d, %s of rank %d)", s.Tensors[g.tensor].Name, g.box, exp, r.Buf, b.Kind, b.Rank)
+		}
+		at += n
+	}
+	return nil
+}
+
+// writersBefore checks that the bytes [lo, hi) of buffer buf are all
+// written, each by an op that happens before op.
+func (v *validator) writersBefore(op int32, buf int, lo, hi int64) error {
+	ws := v.writes[buf]
+	k := sort.Search(len(ws), func(i int) bool { return ws[i].hi > lo })
+	at := lo
+	for ; k < len(ws) && ws[k].lo < hi; k++ {
+		if ws[k].lo > at {
+			break
+		}
+		if !v.before(ws[k].op, op) {
+			w := &v.s.Ops[ws[k].op]
+			return v.opErr(op, "reads bytes [%d, %d) of buffer %d written by op %d (%s on rank %d), which does not happen before it", max(lo, ws[k].lo), min(hi, ws[k].hi), buf, ws[k].op, w.Kind, w.Rank)
+		}
+		at = ws[k].hi
+	}
+	if at < hi {
+		return v.opErr(op, "reads bytes [%d, %d) of buffer %d that nothing writes", at, hi, buf)
+	}
+	return nil
+}
+
+// before reports whether op w completes before op x starts: w is reachable
+// backwards from x through dependencies, where a send and its recv complete
+// together.
+func (v *validator) before(w, x int32) bool {
+	s := v.s
+	if w == s.Ops[x].Match {
+		return false
+	}
+	for _, d := range s.Deps(x) {
+		if d == w {
+			return true
+		}
+	}
+	v.epoch++
+	stack := v.stack[:0]
+	push := func(o int32) {
+		if v.stamp[o] != v.epoch {
+			v.stamp[o] = v.epoch
+			stack = append(stack, o)
+		}
+	}
+	for _, d := range s.Deps(x) {
+		push(d)
+	}
+	found := false
+	for len(stack) > 0 {
+		o := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if o == w {
+			found = true
+			break
+		}
+		if m := s.Ops[o].Match; m >= 0 {
+			push(m)
+		}
+		for _, d := range s.Deps(o) {
+			push(d)
+		}
+	}
+	v.stack = stack
+	return found
+}

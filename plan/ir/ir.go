@@ -1,0 +1,215 @@
+// Package ir is m2n's Schedule IR: one serializable description of
+// everything a reshard moves — the tensors and their layouts, the world
+// (rank -> GPU -> NVLink domain), per-rank buffers, and ops with explicit
+// dependencies — consumed identically by the simulator, the host reference
+// executor and the GPU executor. Executors never re-derive the plan.
+//
+// A Schedule is a spec, as a cilium/ebpf MapSpec: plain data, safe to copy
+// and compare, with [Schedule.Validate] checking that it is well formed and
+// moves exactly the right bytes. docs/ir.md is the contract.
+package ir
+
+import (
+	"github.com/m2n-project/m2n/model/layout"
+)
+
+// Format and Version identify the JSON encoding. A reader rejects other
+// formats and versions.
+const (
+	Format  = "m2n.schedule"
+	Version = 1
+)
+
+// Schedule is a complete reshard plan.
+//
+// Ops are plain values without pointers, so schedules of millions of ops
+// stay cheap to build, copy and scan: an op's dependencies live in DepPool
+// and its boxes in BoxPool, read through [Schedule.Deps] and
+// [Schedule.Box], and added through [Schedule.AddOp] and [Schedule.AddBox].
+type Schedule struct {
+	Route      string   // the route that built it: flat, agbcast, hierarchical, ...
+	ChunkBytes int64    // the pipelining chunk size the route used
+	World      []Rank   // every rank the schedule touches, ascending by rank
+	Tensors    []Tensor // what moves
+	Buffers    []Buffer // indexed by Buffer.ID
+	Ops        []Op     // indexed by ID; every dependency precedes its op
+
+	DepPool []int32 // dependency lists of ops
+	BoxPool []int64 // boxes of regions: start, then size, each of the buffer's rank
+}
+
+// AddOp appends an op with its dependencies and returns its ID.
+func (s *Schedule) AddOp(op Op, deps ...int32) int32 {
+	op.DepOff, op.DepLen = int32(len(s.DepPool)), int32(len(deps))
+	s.DepPool = append(s.DepPool, deps...)
+	s.Ops = append(s.Ops, op)
+	return int32(len(s.Ops) - 1)
+}
+
+// Deps returns the dependencies of op i.
+func (s *Schedule) Deps(i int32) []int32 {
+	op := &s.Ops[i]
+	return s.DepPool[op.DepOff : op.DepOff+op.DepLen : op.DepOff+op.DepLen]
+}
+
+// AddBox stores a box and returns the reference a box region holds.
+func (s *Schedule) AddBox(b layout.Box) int32 {
+	ref := int32(len(s.BoxPool)) + 1
+	s.BoxPool = append(s.BoxPool, b.Start...)
+	s.BoxPool = append(s.BoxPool, b.Size...)
+	return ref
+}
+
+// Box returns the box of a box region (relative to its buffer's box), as
+// slices into BoxPool; the zero Box for a byte range.
+func (s *Schedule) Box(r Region) layout.Box {
+	if r.BoxRef == 0 {
+		return layout.Box{}
+	}
+	nd := int32(len(s.Buffers[r.Buf].Box.Size))
+	o := r.BoxRef - 1
+	return layout.Box{Start: s.BoxPool[o : o+nd : o+nd], Size: s.BoxPool[o+nd : o+2*nd : o+2*nd]}
+}
+
+// Rank places a global rank on a GPU and an NVLink domain.
+type Rank struct {
+	Rank   int
+	GPU    int
+	Domain int
+}
+
+// Tensor is one tensor and its two layouts.
+type Tensor struct {
+	Name     string
+	Src, Dst layout.Layout // same shape and dtype
+}
+
+// BufferKind says what a buffer is for.
+type BufferKind uint8
+
+// Buffer kinds.
+const (
+	// Input holds a rank's source shard of a tensor, filled before the
+	// schedule runs and never written by it.
+	Input BufferKind = iota + 1
+	// Output must hold the rank's destination shard when the schedule ends;
+	// every byte is written exactly once, with the right source byte.
+	Output
+	// Staging is scratch space for packed chunks, received data, and
+	// gathered tensors. Each byte is written at most once.
+	Staging
+)
+
+// Buffer is a contiguous device allocation on one rank.
+//
+// A placed buffer (every input and output, and staging buffers that
+// assemble part of a tensor, like agbcast's gathered copy) holds one box of
+// one tensor in row-major order: its byte at offset o is the element of
+// Box at row-major position o / element size. An unplaced staging buffer is
+// raw bytes.
+type Buffer struct {
+	ID     int
+	Rank   int
+	Kind   BufferKind
+	Bytes  int64
+	Tensor int        // the tensor index of a placed buffer; -1 when unplaced
+	Box    layout.Box // the global box of a placed buffer
+}
+
+// Placed reports whether the buffer holds a box of a tensor.
+func (b *Buffer) Placed() bool { return b.Tensor >= 0 }
+
+// OpKind is what an op does.
+type OpKind uint8
+
+// Op kinds.
+const (
+	// Send moves a contiguous region to Peer; its Match is the Recv there.
+	Send OpKind = iota + 1
+	// Recv receives a contiguous region from Peer; its Match is the Send there.
+	Recv
+	// Copy is a local copy: contiguous to contiguous, or box to box of equal size.
+	Copy
+	// Pack copies a box of a placed buffer to a contiguous region.
+	Pack
+	// Unpack copies a contiguous region to a box of a placed buffer.
+	Unpack
+)
+
+// Op is one step on one rank; its ID is its index in Schedule.Ops. It may
+// start when every op in its dependency list has completed. A Send and its
+// matching Recv form one transfer: it starts when both are ready and
+// completes both at once.
+type Op struct {
+	Kind   OpKind
+	Rank   int32
+	Peer   int32  // send: the receiving rank; recv: the sending rank; else -1
+	Match  int32  // send/recv: the ID of the matching op; else -1
+	DepOff int32  // dependencies: DepPool[DepOff : DepOff+DepLen], each an ID smaller than this op's
+	DepLen int32  //
+	Src    Region // what a send, copy, pack or unpack reads
+	Dst    Region // what a recv, copy, pack or unpack writes
+}
+
+// Region is part of a buffer: a contiguous byte range (BoxRef 0) or, in a
+// placed buffer, a box in elements relative to the buffer's box.
+type Region struct {
+	Buf    int32
+	BoxRef int32 // 0: a byte range; else the box's reference in BoxPool ([Schedule.AddBox])
+	Offset int64 // byte range: first byte
+	Bytes  int64 // byte range: length; for a box, its size in bytes
+}
+
+// IsBox reports whether the region is a box rather than a byte range.
+func (r Region) IsBox() bool { return r.BoxRef != 0 }
+
+// Class is the path class of an op, for latencies and statistics.
+type Class uint8
+
+// Path classes.
+const (
+	Local  Class = iota // on one GPU: copy, pack, unpack
+	NVLink              // between GPUs of one NVLink domain
+	Net                 // between NVLink domains, over NICs
+)
+
+func (c Class) String() string {
+	switch c {
+	case Local:
+		return "local"
+	case NVLink:
+		return "nvlink"
+	case Net:
+		return "network"
+	}
+	return "class?"
+}
+
+// ClassOf returns the path class of an op: a send or recv between two
+// ranks is NVLink within a domain and network across; everything else is
+// local.
+func (s *Schedule) ClassOf(op *Op, world map[int]Rank) Class {
+	if op.Kind != Send && op.Kind != Recv {
+		return Local
+	}
+	a, b := world[int(op.Rank)], world[int(op.Peer)]
+	switch {
+	case a.GPU == b.GPU:
+		return Local
+	case a.Domain == b.Domain:
+		return NVLink
+	}
+	return Net
+}
+
+// WorldMap indexes the world by rank.
+func (s *Schedule) WorldMap() map[int]Rank {
+	m := make(map[int]Rank, len(s.World))
+	for _, r := range s.World {
+		m[r.Rank] = r
+	}
+	return m
+}
+
+// Elem is the element size of a tensor's dtype.
+func (s *Schedule) Elem(tensor int) int64 { return s.Tensors[tensor].Src.DType.Size() }

@@ -1,0 +1,316 @@
+package ir
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+
+	"github.com/m2n-project/m2n/model/layout"
+)
+
+// The JSON form; docs/ir.md documents every field.
+
+type scheduleJSON struct {
+	Format     string       `json:"format"`
+	Version    int          `json:"version"`
+	Route      string       `json:"route"`
+	ChunkBytes int64        `json:"chunk_bytes"`
+	World      []rankJSON   `json:"world"`
+	Tensors    []tensorJSON `json:"tensors"`
+	Buffers    []bufferJSON `json:"buffers"`
+	Ops        []opJSON     `json:"ops"`
+}
+
+type rankJSON struct {
+	Rank   int `json:"rank"`
+	GPU    int `json:"gpu"`
+	Domain int `json:"domain"`
+}
+
+type tensorJSON struct {
+	Name  string       `json:"name"`
+	DType layout.DType `json:"dtype"`
+	Shape []int64      `json:"shape"`
+	Src   layoutJSON   `json:"src"`
+	Dst   layoutJSON   `json:"dst"`
+}
+
+type layoutJSON struct {
+	Mesh       []int              `json:"mesh"`
+	Ranks      []int              `json:"ranks"`
+	Placements []layout.Placement `json:"placements"`
+}
+
+type bufferJSON struct {
+	ID     int      `json:"id"`
+	Rank   int      `json:"rank"`
+	Kind   string   `json:"kind"`
+	Bytes  int64    `json:"bytes"`
+	Tensor *int     `json:"tensor,omitempty"`
+	Box    *boxJSON `json:"box,omitempty"`
+}
+
+type boxJSON struct {
+	Start []int64 `json:"start"`
+	Size  []int64 `json:"size"`
+}
+
+type opJSON struct {
+	ID    int         `json:"id"`
+	Kind  string      `json:"kind"`
+	Rank  int         `json:"rank"`
+	Deps  []int       `json:"deps,omitempty"`
+	Peer  *int        `json:"peer,omitempty"`
+	Match *int        `json:"match,omitempty"`
+	Src   *regionJSON `json:"src,omitempty"`
+	Dst   *regionJSON `json:"dst,omitempty"`
+}
+
+type regionJSON struct {
+	Buf    int     `json:"buf"`
+	Offset *int64  `json:"offset,omitempty"`
+	Bytes  int64   `json:"bytes"`
+	Start  []int64 `json:"start,omitempty"`
+	Size   []int64 `json:"size,omitempty"`
+}
+
+var bufferKinds = map[BufferKind]string{Input: "input", Output: "output", Staging: "staging"}
+var opKinds = map[OpKind]string{Send: "send", Recv: "recv", Copy: "copy", Pack: "pack", Unpack: "unpack"}
+
+func (k BufferKind) String() string {
+	if s, ok := bufferKinds[k]; ok {
+		return s
+	}
+	return fmt.Sprintf("buffer-kind(%d)", int(k))
+}
+
+func (k OpKind) String() string {
+	if s, ok := opKinds[k]; ok {
+		return s
+	}
+	return fmt.Sprintf("op-kind(%d)", int(k))
+}
+
+// MarshalJSON writes the versioned JSON form.
+func (s *Schedule) MarshalJSON() ([]byte, error) {
+	out := scheduleJSON{
+		Format: Format, Version: Version, Route: s.Route, ChunkBytes: s.ChunkBytes,
+		World:   make([]rankJSON, len(s.World)),
+		Tensors: make([]tensorJSON, len(s.Tensors)),
+		Buffers: make([]bufferJSON, len(s.Buffers)),
+		Ops:     make([]opJSON, len(s.Ops)),
+	}
+	for i, r := range s.World {
+		out.World[i] = rankJSON(r)
+	}
+	for i, t := range s.Tensors {
+		out.Tensors[i] = tensorJSON{
+			Name: t.Name, DType: t.Src.DType, Shape: t.Src.Shape,
+			Src: layoutJSON{t.Src.Mesh.Shape, t.Src.Mesh.Ranks, t.Src.Placements},
+			Dst: layoutJSON{t.Dst.Mesh.Shape, t.Dst.Mesh.Ranks, t.Dst.Placements},
+		}
+	}
+	for i, b := range s.Buffers {
+		bj := bufferJSON{ID: b.ID, Rank: b.Rank, Kind: b.Kind.String(), Bytes: b.Bytes}
+		if b.Placed() {
+			t := b.Tensor
+			bj.Tensor = &t
+			bj.Box = &boxJSON{b.Box.Start, b.Box.Size}
+		}
+		out.Buffers[i] = bj
+	}
+	for i := range s.Ops {
+		op := &s.Ops[i]
+		oj := opJSON{ID: i, Kind: op.Kind.String(), Rank: int(op.Rank)}
+		if op.DepLen > 0 {
+			oj.Deps = make([]int, op.DepLen)
+			for k, d := range s.Deps(int32(i)) {
+				oj.Deps[k] = int(d)
+			}
+		}
+		if op.Kind == Send || op.Kind == Recv {
+			p, m := int(op.Peer), int(op.Match)
+			oj.Peer, oj.Match = &p, &m
+		}
+		if op.Kind != Recv {
+			oj.Src = s.regionOut(op.Src)
+		}
+		if op.Kind != Send {
+			oj.Dst = s.regionOut(op.Dst)
+		}
+		out.Ops[i] = oj
+	}
+	return json.Marshal(out)
+}
+
+func (s *Schedule) regionOut(r Region) *regionJSON {
+	rj := &regionJSON{Buf: int(r.Buf), Bytes: r.Bytes}
+	if r.IsBox() {
+		b := s.Box(r)
+		rj.Start, rj.Size = b.Start, b.Size
+	} else {
+		o := r.Offset
+		rj.Offset = &o
+	}
+	return rj
+}
+
+// Encode writes the schedule as JSON to w.
+func Encode(w io.Writer, s *Schedule) error {
+	b, err := s.MarshalJSON()
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// Decode reads a schedule from its JSON form and validates it. Unknown
+// fields, another format or version, and schedules that fail [Schedule.Validate]
+// are errors.
+func Decode(r io.Reader) (*Schedule, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, err
+	}
+	var head struct {
+		Format  string `json:"format"`
+		Version int    `json:"version"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
+		return nil, fmt.Errorf("schedule: not JSON: %w", err)
+	}
+	if head.Format != Format {
+		return nil, fmt.Errorf("schedule: format %q, want %q", head.Format, Format)
+	}
+	if head.Version != Version {
+		return nil, fmt.Errorf("schedule: version %d, but this m2n reads version %d", head.Version, Version)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var sj scheduleJSON
+	if err := dec.Decode(&sj); err != nil {
+		return nil, fmt.Errorf("schedule: %w", err)
+	}
+	s, err := fromJSON(&sj)
+	if err != nil {
+		return nil, fmt.Errorf("schedule: %w", err)
+	}
+	if err := s.Validate(); err != nil {
+		return nil, fmt.Errorf("schedule: %w", err)
+	}
+	return s, nil
+}
+
+func fromJSON(sj *scheduleJSON) (*Schedule, error) {
+	s := &Schedule{Route: sj.Route, ChunkBytes: sj.ChunkBytes,
+		World:   make([]Rank, len(sj.World)),
+		Tensors: make([]Tensor, len(sj.Tensors)),
+		Buffers: make([]Buffer, len(sj.Buffers)),
+		Ops:     make([]Op, 0, len(sj.Ops)),
+	}
+	for i, r := range sj.World {
+		s.World[i] = Rank(r)
+	}
+	for i, t := range sj.Tensors {
+		s.Tensors[i] = Tensor{Name: t.Name,
+			Src: layout.Layout{Shape: t.Shape, DType: t.DType, Mesh: layout.Mesh{Shape: t.Src.Mesh, Ranks: t.Src.Ranks}, Placements: t.Src.Placements},
+			Dst: layout.Layout{Shape: t.Shape, DType: t.DType, Mesh: layout.Mesh{Shape: t.Dst.Mesh, Ranks: t.Dst.Ranks}, Placements: t.Dst.Placements},
+		}
+	}
+	kinds := map[string]BufferKind{}
+	for k, v := range bufferKinds {
+		kinds[v] = k
+	}
+	for i, b := range sj.Buffers {
+		k, ok := kinds[b.Kind]
+		if !ok {
+			return nil, fmt.Errorf("buffers[%d].kind = %q: want input, output or staging", i, b.Kind)
+		}
+		buf := Buffer{ID: b.ID, Rank: b.Rank, Kind: k, Bytes: b.Bytes, Tensor: -1}
+		if (b.Tensor == nil) != (b.Box == nil) {
+			return nil, fmt.Errorf("buffers[%d]: tensor and box go together", i)
+		}
+		if b.Tensor != nil {
+			buf.Tensor = *b.Tensor
+			buf.Box = layout.Box{Start: b.Box.Start, Size: b.Box.Size}
+		}
+		s.Buffers[i] = buf
+	}
+	okinds := map[string]OpKind{}
+	for k, v := range opKinds {
+		okinds[v] = k
+	}
+	for i, o := range sj.Ops {
+		if o.ID != i {
+			return nil, fmt.Errorf("ops[%d]: id %d, want %d (ops are listed by id)", i, o.ID, i)
+		}
+		k, ok := okinds[o.Kind]
+		if !ok {
+			return nil, fmt.Errorf("ops[%d].kind = %q: want send, recv, copy, pack or unpack", i, o.Kind)
+		}
+		op := Op{Kind: k, Rank: int32(o.Rank), Peer: -1, Match: -1}
+		if o.Rank < 0 || o.Rank > math.MaxInt32 {
+			return nil, fmt.Errorf("ops[%d].rank = %d: out of range", i, o.Rank)
+		}
+		isXfer := k == Send || k == Recv
+		if isXfer != (o.Peer != nil && o.Match != nil) {
+			return nil, fmt.Errorf("ops[%d]: peer and match are required on send and recv and only there", i)
+		}
+		if isXfer {
+			if *o.Peer < 0 || *o.Peer > math.MaxInt32 || *o.Match < 0 || *o.Match >= len(sj.Ops) {
+				return nil, fmt.Errorf("ops[%d]: peer %d or match %d out of range", i, *o.Peer, *o.Match)
+			}
+			op.Peer, op.Match = int32(*o.Peer), int32(*o.Match)
+		}
+		needSrc, needDst := k != Recv, k != Send
+		if (o.Src != nil) != needSrc || (o.Dst != nil) != needDst {
+			return nil, fmt.Errorf("ops[%d] (%s): a send has only src, a recv only dst, others both", i, o.Kind)
+		}
+		var err error
+		if o.Src != nil {
+			if op.Src, err = s.regionIn(o.Src); err != nil {
+				return nil, fmt.Errorf("ops[%d].src: %w", i, err)
+			}
+		}
+		if o.Dst != nil {
+			if op.Dst, err = s.regionIn(o.Dst); err != nil {
+				return nil, fmt.Errorf("ops[%d].dst: %w", i, err)
+			}
+		}
+		deps := make([]int32, len(o.Deps))
+		for k, d := range o.Deps {
+			if d < 0 || d >= i {
+				return nil, fmt.Errorf("ops[%d]: dependency %d does not precede it", i, d)
+			}
+			deps[k] = int32(d)
+		}
+		s.AddOp(op, deps...)
+	}
+	return s, nil
+}
+
+func (s *Schedule) regionIn(rj *regionJSON) (Region, error) {
+	r := Region{Buf: int32(rj.Buf), Bytes: rj.Bytes}
+	if rj.Buf < 0 || rj.Buf >= len(s.Buffers) {
+		return r, fmt.Errorf("buffer %d out of range", rj.Buf)
+	}
+	isBox := rj.Start != nil || rj.Size != nil
+	switch {
+	case isBox && rj.Offset != nil:
+		return r, fmt.Errorf("give offset (a byte range) or start and size (a box), not both")
+	case isBox:
+		nd := len(s.Buffers[rj.Buf].Box.Size)
+		if len(rj.Start) != nd || len(rj.Size) != nd {
+			return r, fmt.Errorf("start and size must have the %d dims of buffer %d's box", nd, rj.Buf)
+		}
+		r.BoxRef = s.AddBox(layout.Box{Start: rj.Start, Size: rj.Size})
+	case rj.Offset != nil:
+		r.Offset = *rj.Offset
+	default:
+		return r, fmt.Errorf("give offset (a byte range) or start and size (a box)")
+	}
+	return r, nil
+}

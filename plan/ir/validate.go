@@ -1,0 +1,403 @@
+package ir
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/m2n-project/m2n/model/layout"
+)
+
+// Validate checks that the schedule is well formed and moves exactly the
+// right bytes:
+//
+//   - the world, tensors and buffers are consistent: every input buffer holds
+//     its rank's source box, every destination rank with a non-empty box has
+//     one output buffer holding its destination box;
+//   - every region lies inside its buffer, on the op's own rank; a send is
+//     matched by exactly one recv of equal size on its peer, and per ordered
+//     pair of ranks sends and recvs match in ID order;
+//   - dependencies point to earlier ops, and the graph with each send and
+//     recv pair merged is acyclic (no deadlock);
+//   - data flow: every byte an op reads was written by ops that happen
+//     before it; staging bytes are written at most once and input bytes
+//     never; every output byte is written exactly once, with the source byte
+//     of the same global element.
+//
+// It returns the first problem found.
+func (s *Schedule) Validate() error {
+	v := &validator{s: s}
+	if err := v.structure(); err != nil {
+		return err
+	}
+	if err := v.acyclic(); err != nil {
+		return err
+	}
+	return v.dataflow()
+}
+
+type validator struct {
+	s     *Schedule
+	world map[int]Rank
+
+	writes  [][]span        // per buffer, the spans ops write, sorted
+	content map[int32][]seg // per op writing unplaced staging, what it wrote
+	stamp   []int32         // per op, the epoch it was last visited in before()
+	epoch   int32
+	stack   []int32
+	boxes   layout.BoxArena
+	one     [1]seg // scratch for single-segment reads
+}
+
+func (v *validator) opErr(i int32, format string, args ...any) error {
+	op := &v.s.Ops[i]
+	return fmt.Errorf("op %d (%s on rank %d): %s", i, op.Kind, op.Rank, fmt.Sprintf(format, args...))
+}
+
+func (v *validator) structure() error {
+	s := v.s
+	v.world = make(map[int]Rank, len(s.World))
+	gpus := map[int]int{}
+	for i, r := range s.World {
+		if i > 0 && r.Rank <= s.World[i-1].Rank {
+			return fmt.Errorf("world: ranks must be ascending and distinct (rank %d after %d)", r.Rank, s.World[i-1].Rank)
+		}
+		if r.Rank < 0 || r.GPU < 0 || r.Domain < 0 {
+			return fmt.Errorf("world: rank %d: rank, gpu and domain must be non-negative", r.Rank)
+		}
+		if o, dup := gpus[r.GPU]; dup {
+			return fmt.Errorf("world: ranks %d and %d are both on GPU %d", o, r.Rank, r.GPU)
+		}
+		gpus[r.GPU] = r.Rank
+		v.world[r.Rank] = r
+	}
+	if s.ChunkBytes <= 0 {
+		return fmt.Errorf("chunk_bytes = %d: must be positive", s.ChunkBytes)
+	}
+	for i, t := range s.Tensors {
+		for side, l := range []layout.Layout{t.Src, t.Dst} {
+			if err := l.Validate(); err != nil {
+				return fmt.Errorf("tensors[%d] (%s) %s: %w", i, t.Name, [2]string{"src", "dst"}[side], err)
+			}
+			for _, r := range l.Mesh.Ranks {
+				if _, ok := v.world[r]; !ok {
+					return fmt.Errorf("tensors[%d] (%s): rank %d is not in the world", i, t.Name, r)
+				}
+			}
+		}
+		if !sameShape(t.Src.Shape, t.Dst.Shape) || t.Src.DType != t.Dst.DType {
+			return fmt.Errorf("tensors[%d] (%s): source and destination differ in shape or dtype", i, t.Name)
+		}
+	}
+	type key struct{ tensor, rank int }
+	inputs, outputs := map[key]int{}, map[key]int{}
+	for i := range s.Buffers {
+		b := &s.Buffers[i]
+		if b.ID != i {
+			return fmt.Errorf("buffers[%d]: id %d, want %d", i, b.ID, i)
+		}
+		if _, ok := v.world[b.Rank]; !ok {
+			return fmt.Errorf("buffer %d: rank %d is not in the world", i, b.Rank)
+		}
+		if b.Kind < Input || b.Kind > Staging {
+			return fmt.Errorf("buffer %d: kind %v", i, b.Kind)
+		}
+		if b.Bytes < 0 {
+			return fmt.Errorf("buffer %d: %d bytes", i, b.Bytes)
+		}
+		if !b.Placed() {
+			if b.Kind != Staging {
+				return fmt.Errorf("buffer %d: an %s buffer must name its tensor and box", i, b.Kind)
+			}
+			continue
+		}
+		if b.Tensor >= len(s.Tensors) {
+			return fmt.Errorf("buffer %d: tensor %d out of range", i, b.Tensor)
+		}
+		t := &s.Tensors[b.Tensor]
+		full := layout.Box{Start: make([]int64, len(t.Src.Shape)), Size: t.Src.Shape}
+		if b.Box.Rank() != len(full.Size) || len(b.Box.Start) != len(full.Size) || b.Box.Empty() || !full.Contains(b.Box) {
+			return fmt.Errorf("buffer %d: box %v is not a non-empty box of tensor %s %v", i, b.Box, t.Name, t.Src.Shape)
+		}
+		if want := b.Box.Elems() * t.Src.DType.Size(); b.Bytes != want {
+			return fmt.Errorf("buffer %d: %d bytes, but box %v of %v is %d", i, b.Bytes, b.Box, t.Src.DType, want)
+		}
+		k := key{b.Tensor, b.Rank}
+		switch b.Kind {
+		case Input:
+			pos := meshIndex(t.Src.Mesh, b.Rank)
+			if pos < 0 || !t.Src.LocalBox(pos).Equal(b.Box) {
+				return fmt.Errorf("buffer %d: input of rank %d holds %v, which is not its source box of %s", i, b.Rank, b.Box, t.Name)
+			}
+			if _, dup := inputs[k]; dup {
+				return fmt.Errorf("buffer %d: a second input of %s on rank %d", i, t.Name, b.Rank)
+			}
+			inputs[k] = i
+		case Output:
+			pos := meshIndex(t.Dst.Mesh, b.Rank)
+			if pos < 0 || !t.Dst.LocalBox(pos).Equal(b.Box) {
+				return fmt.Errorf("buffer %d: output of rank %d holds %v, which is not its destination box of %s", i, b.Rank, b.Box, t.Name)
+			}
+			if _, dup := outputs[k]; dup {
+				return fmt.Errorf("buffer %d: a second output of %s on rank %d", i, t.Name, b.Rank)
+			}
+			outputs[k] = i
+		}
+	}
+	for ti, t := range s.Tensors {
+		for pos, r := range t.Dst.Mesh.Ranks {
+			if t.Dst.LocalBox(pos).Empty() {
+				continue
+			}
+			if _, ok := outputs[key{ti, r}]; !ok {
+				return fmt.Errorf("tensor %s: destination rank %d has no output buffer", t.Name, r)
+			}
+		}
+	}
+	for i := range s.Ops {
+		if err := v.op(int32(i)); err != nil {
+			return err
+		}
+	}
+	return v.pairOrder()
+}
+
+func (v *validator) op(i int32) error {
+	s := v.s
+	op := &s.Ops[i]
+	if _, ok := v.world[int(op.Rank)]; !ok {
+		return v.opErr(i, "rank is not in the world")
+	}
+	if op.DepOff < 0 || op.DepLen < 0 || int64(op.DepOff)+int64(op.DepLen) > int64(len(s.DepPool)) {
+		return v.opErr(i, "dependency list [%d, +%d) outside the pool", op.DepOff, op.DepLen)
+	}
+	for _, d := range s.Deps(i) {
+		if d < 0 || d >= i {
+			return v.opErr(i, "dependency %d does not precede it", d)
+		}
+	}
+	region := func(r Region, what string, write bool) error {
+		if r.Buf < 0 || int(r.Buf) >= len(s.Buffers) {
+			return v.opErr(i, "%s buffer %d out of range", what, r.Buf)
+		}
+		b := &s.Buffers[r.Buf]
+		if b.Rank != int(op.Rank) {
+			return v.opErr(i, "%s buffer %d is on rank %d", what, r.Buf, b.Rank)
+		}
+		if write && b.Kind == Input {
+			return v.opErr(i, "writes input buffer %d", r.Buf)
+		}
+		if r.Bytes <= 0 {
+			return v.opErr(i, "%s region of %d bytes", what, r.Bytes)
+		}
+		if !r.IsBox() {
+			if r.Offset < 0 || r.Offset > b.Bytes-r.Bytes {
+				return v.opErr(i, "%s bytes [%d, %d) outside buffer %d of %d bytes", what, r.Offset, r.Offset+r.Bytes, r.Buf, b.Bytes)
+			}
+			return nil
+		}
+		if !b.Placed() {
+			return v.opErr(i, "%s box in unplaced buffer %d", what, r.Buf)
+		}
+		nd := int64(b.Box.Rank())
+		if r.BoxRef < 1 || int64(r.BoxRef)-1+2*nd > int64(len(s.BoxPool)) {
+			return v.opErr(i, "%s box reference %d outside the pool", what, r.BoxRef)
+		}
+		box := s.Box(r)
+		local := layout.Box{Start: make([]int64, b.Box.Rank()), Size: b.Box.Size}
+		if box.Empty() || !local.Contains(box) {
+			return v.opErr(i, "%s box %v outside buffer %d (box size %v)", what, box, r.Buf, b.Box.Size)
+		}
+		if want := box.Elems() * s.Elem(b.Tensor); r.Bytes != want {
+			return v.opErr(i, "%s box %v is %d bytes, region says %d", what, box, want, r.Bytes)
+		}
+		return nil
+	}
+	switch op.Kind {
+	case Send, Recv:
+		r, what, write := op.Src, "src", false
+		if op.Kind == Recv {
+			r, what, write = op.Dst, "dst", true
+		}
+		if err := region(r, what, write); err != nil {
+			return err
+		}
+		if r.IsBox() {
+			return v.opErr(i, "%s must be a byte range", what)
+		}
+		if _, ok := v.world[int(op.Peer)]; !ok || op.Peer == op.Rank {
+			return v.opErr(i, "peer %d is not another rank of the world", op.Peer)
+		}
+		if op.Match < 0 || int(op.Match) >= len(s.Ops) {
+			return v.opErr(i, "match %d out of range", op.Match)
+		}
+		m := &s.Ops[op.Match]
+		want := Recv
+		if op.Kind == Recv {
+			want = Send
+		}
+		if m.Kind != want || m.Match != i || m.Rank != op.Peer || m.Peer != op.Rank {
+			return v.opErr(i, "match %d is not its %s on rank %d", op.Match, want, op.Peer)
+		}
+		mr := m.Src
+		if want == Recv {
+			mr = m.Dst
+		}
+		if mr.Bytes != r.Bytes {
+			return v.opErr(i, "moves %d bytes but its match %d moves %d", r.Bytes, op.Match, mr.Bytes)
+		}
+	case Copy, Pack, Unpack:
+		if err := region(op.Src, "src", false); err != nil {
+			return err
+		}
+		if err := region(op.Dst, "dst", true); err != nil {
+			return err
+		}
+		if op.Src.Bytes != op.Dst.Bytes {
+			return v.opErr(i, "src is %d bytes, dst %d", op.Src.Bytes, op.Dst.Bytes)
+		}
+		switch {
+		case op.Kind == Pack && (!op.Src.IsBox() || op.Dst.IsBox()):
+			return v.opErr(i, "pack copies a box to a byte range")
+		case op.Kind == Unpack && (op.Src.IsBox() || !op.Dst.IsBox()):
+			return v.opErr(i, "unpack copies a byte range to a box")
+		case op.Kind == Copy && op.Src.IsBox() != op.Dst.IsBox():
+			return v.opErr(i, "copy joins two byte ranges or two boxes")
+		case op.Kind == Copy && op.Src.IsBox() && !sameShape(s.Box(op.Src).Size, s.Box(op.Dst).Size):
+			return v.opErr(i, "copy boxes differ in size: %v and %v", s.Box(op.Src).Size, s.Box(op.Dst).Size)
+		}
+		if op.Peer != -1 || op.Match != -1 {
+			return v.opErr(i, "peer and match belong to send and recv only")
+		}
+	default:
+		return v.opErr(i, "unknown kind")
+	}
+	return nil
+}
+
+// pairOrder checks that, for each ordered pair of ranks, the sends from one
+// to the other and the recvs there match in ID order, as NCCL's per-peer
+// FIFO matching requires.
+func (v *validator) pairOrder() error {
+	// The k-th send from a to b must match the k-th recv on b from a.
+	seq := make([]int32, len(v.s.Ops))
+	sends, recvs := map[int64]int32{}, map[int64]int32{}
+	for i := range v.s.Ops {
+		op := &v.s.Ops[i]
+		switch op.Kind {
+		case Send:
+			k := int64(op.Rank)<<32 | int64(op.Peer)
+			seq[i] = sends[k]
+			sends[k]++
+		case Recv:
+			k := int64(op.Peer)<<32 | int64(op.Rank)
+			seq[i] = recvs[k]
+			recvs[k]++
+		}
+	}
+	for i := range v.s.Ops {
+		op := &v.s.Ops[i]
+		if op.Kind == Send && seq[i] != seq[op.Match] {
+			return fmt.Errorf("sends from rank %d to rank %d and the recvs there do not match in order (send %d is the %d-th send, its recv the %d-th recv)", op.Rank, op.Peer, i, seq[i], seq[op.Match])
+		}
+	}
+	return nil
+}
+
+// acyclic checks that the dependency graph, with each send and its recv
+// merged into one transfer, has no cycle: every transfer can start.
+func (v *validator) acyclic() error {
+	s := v.s
+	n := int32(len(s.Ops))
+	node := make([]int32, n) // op -> node (the smaller ID of a pair)
+	for i := range n {
+		node[i] = i
+		if m := s.Ops[i].Match; m >= 0 && m < i {
+			node[i] = m
+		}
+	}
+	indeg := make([]int32, n)
+	start := make([]int32, n+1) // successors of node a: succ[start[a]:start[a+1]]
+	for i := range n {
+		for _, d := range s.Deps(i) {
+			if node[d] == node[i] {
+				return v.opErr(i, "depends on its own matching %s", s.Ops[d].Kind)
+			}
+			start[node[d]+1]++
+			indeg[node[i]]++
+		}
+	}
+	for a := range n {
+		start[a+1] += start[a]
+	}
+	succ := make([]int32, start[n])
+	fill := append([]int32(nil), start[:n]...)
+	for i := range n {
+		for _, d := range s.Deps(i) {
+			a := node[d]
+			succ[fill[a]] = node[i]
+			fill[a]++
+		}
+	}
+	var queue []int32
+	nodes := 0
+	for i := range n {
+		if node[i] == i {
+			nodes++
+			if indeg[i] == 0 {
+				queue = append(queue, i)
+			}
+		}
+	}
+	done := 0
+	for len(queue) > 0 {
+		a := queue[len(queue)-1]
+		queue = queue[:len(queue)-1]
+		done++
+		for _, b := range succ[start[a]:start[a+1]] {
+			if indeg[b]--; indeg[b] == 0 {
+				queue = append(queue, b)
+			}
+		}
+	}
+	if done != nodes {
+		for i := range n {
+			if node[i] == i && indeg[i] > 0 {
+				return v.opErr(i, "is on a dependency cycle through a send/recv pair (deadlock)")
+			}
+		}
+		return errors.New("dependency cycle")
+	}
+	return nil
+}
+
+func meshIndex(m layout.Mesh, rank int) int {
+	for i, r := range m.Ranks {
+		if r == rank {
+			return i
+		}
+	}
+	return -1
+}
+
+func sameShape(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// span is a half-open byte range of a buffer and the op that wrote it.
+type span struct {
+	lo, hi int64
+	op     int32
+}
+
+func sortSpans(sp []span) {
+	sort.Slice(sp, func(i, j int) bool { return sp[i].lo < sp[j].lo })
+}

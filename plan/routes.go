@@ -1,0 +1,291 @@
+package plan
+
+import (
+	"sort"
+
+	"github.com/m2n-project/m2n/model/layout"
+	"github.com/m2n-project/m2n/plan/ir"
+)
+
+// delivery is one contribution on its way to the replicas of a destination
+// slot: from a supplier to a leader (a local copy when the leader holds it),
+// then along hops from ranks that have it to ranks that need it.
+type delivery struct {
+	j      int // contribution
+	chunks []layout.Box
+	src    int // supplier
+	leader int // first destination rank
+	local  bool
+	hops   []hop
+}
+
+type hop struct{ from, to int }
+
+// rounds moves chunks in rounds: every delivery's chunk 0, then every
+// delivery's chunk 1, and so on, so ops appear in the order data can flow
+// and the per-rank lanes follow it.
+func rounds(ds []delivery, f func(d *delivery, c int)) {
+	for c := 0; ; c++ {
+		more := false
+		for i := range ds {
+			if c < len(ds[i].chunks) {
+				more = true
+				f(&ds[i], c)
+			}
+		}
+		if !more {
+			return
+		}
+	}
+}
+
+// flat sends every (supplier, destination rank) intersection directly: each
+// replica of a destination slot receives its own copy from the source.
+func (b *builder) flat(ti int) {
+	r := b.regions[ti]
+	elem := b.elem(ti)
+	var ds []delivery
+	for k, sl := range r.DstSlots {
+		lo, hi := r.SlotContribs(k)
+		chunks := make([][]layout.Box, hi-lo) // shared by the slot's replicas
+		for i, d := range sl.Ranks {
+			for j := lo; j < hi; j++ {
+				s := r.Supplier(j, i)
+				g := r.Contribs[j].Box
+				if s == d {
+					b.localCopy(ti, d, g)
+					continue
+				}
+				if chunks[j-lo] == nil {
+					chunks[j-lo] = Chunks(g, elem, b.s.ChunkBytes)
+				}
+				ds = append(ds, delivery{j: j, chunks: chunks[j-lo], src: s, leader: d})
+			}
+		}
+	}
+	b.deliver(ti, ds)
+}
+
+// hierarchical is the paper's route. Per destination slot, each
+// contribution enters the destination through one leader: a replica that
+// already holds it (a local copy), or else one chosen round-robin among the
+// replicas of an entry domain, so leader loads differ by at most one
+// contribution; the entry domain rotates over the domains holding replicas.
+// The leader forwards each chunk to the replica of the same position in the
+// next domain and replicates it over NVLink to the other replicas of its
+// domain; the next domain's receiver does the same, around the ring of
+// domains. Each byte leaves the source once and enters each destination
+// domain once.
+func (b *builder) hierarchical(ti int) {
+	r := b.regions[ti]
+	elem := b.elem(ti)
+	var ds []delivery
+	for k, sl := range r.DstSlots {
+		// The slot's replicas by domain: domains ascending, replicas in mesh order.
+		byDom := map[int][]int{}
+		for i, d := range sl.Ranks {
+			dom := b.tp.Domain(d)
+			byDom[dom] = append(byDom[dom], i)
+		}
+		doms := make([]int, 0, len(byDom))
+		for dom := range byDom {
+			doms = append(doms, dom)
+		}
+		sort.Ints(doms)
+		q := len(doms)
+		entered := make([]int, q)
+		lo, hi := r.SlotContribs(k)
+		for j := lo; j < hi; j++ {
+			c := &r.Contribs[j]
+			li, local := -1, false // the leader's replica index in the slot
+			for i, d := range sl.Ranks {
+				if r.SrcSlotOf(d) == c.Src {
+					li, local = i, true
+					break
+				}
+			}
+			e := 0 // the entry domain's index in doms
+			if local {
+				e = sort.SearchInts(doms, b.tp.Domain(sl.Ranks[li]))
+			} else {
+				e = (j - lo + k) % q
+				reps := byDom[doms[e]]
+				li = reps[entered[e]%len(reps)]
+				entered[e]++
+			}
+			ix := 0 // the leader's position among its domain's replicas
+			for p, i := range byDom[doms[e]] {
+				if i == li {
+					ix = p
+				}
+			}
+			// The receiving replica in each domain, ring order from the entry.
+			recv := make([]int, q)
+			for step := range q {
+				reps := byDom[doms[(e+step)%q]]
+				recv[step] = sl.Ranks[reps[ix%len(reps)]]
+			}
+			var hops []hop
+			for step := range q {
+				if step+1 < q {
+					hops = append(hops, hop{recv[step], recv[step+1]})
+				}
+				for _, i := range byDom[doms[(e+step)%q]] {
+					if d := sl.Ranks[i]; d != recv[step] {
+						hops = append(hops, hop{recv[step], d})
+					}
+				}
+			}
+			leader := sl.Ranks[li]
+			src := leader
+			if local {
+				b.localCopy(ti, leader, c.Box)
+			} else {
+				src = r.Supplier(j, li)
+			}
+			ds = append(ds, delivery{j: j, chunks: Chunks(c.Box, elem, b.s.ChunkBytes), src: src, leader: leader, local: local, hops: hops})
+		}
+	}
+	b.deliver(ti, ds)
+}
+
+// deliver adds the ops of every delivery, chunk by chunk in rounds.
+func (b *builder) deliver(ti int, ds []delivery) {
+	cache := map[packKey]packed{}
+	// holding is where a rank has the current chunk, and the op (or -1)
+	// that put it there.
+	type holding struct {
+		rank   int
+		region ir.Region
+		dep    int32
+	}
+	var has []holding
+	find := func(rank int) holding {
+		for _, h := range has {
+			if h.rank == rank {
+				return h
+			}
+		}
+		panic("plan: a hop from a rank that does not hold the chunk")
+	}
+	rounds(ds, func(d *delivery, c int) {
+		g := d.chunks[c]
+		has = has[:0]
+		src, dep := b.sendable(ti, d.src, g, packKey{d.src, d.j, c}, cache)
+		if d.local {
+			has = append(has, holding{d.leader, src, dep})
+		} else {
+			dst, direct := b.landing(ti, d.leader, g)
+			_, recv := b.xfer(d.src, d.leader, src, dst, b.dep(dep), nil)
+			b.land(ti, d.leader, g, dst, direct, recv)
+			has = append(has, holding{d.leader, dst, recv})
+		}
+		for _, hp := range d.hops {
+			from := find(hp.from)
+			dst, direct := b.landing(ti, hp.to, g)
+			_, recv := b.xfer(hp.from, hp.to, from.region, dst, b.dep(from.dep), nil)
+			b.land(ti, hp.to, g, dst, direct, recv)
+			has = append(has, holding{hp.to, dst, recv})
+		}
+	})
+}
+
+// agbcast is the legacy path: gather the whole tensor at a root of the
+// source group (the first rank of the source mesh), then broadcast it along
+// a ring of every destination rank, chunk by chunk as NCCL's ring broadcast
+// pipelines it; each destination keeps its slice. The broadcast starts once
+// the gather is complete. The ring visits the root's domain first, then the
+// other domains in order, so only the root's hop and domain-to-domain hops
+// cross the network.
+func (b *builder) agbcast(ti int) {
+	r := b.regions[ti]
+	t := &b.s.Tensors[ti]
+	elem := b.elem(ti)
+	root := t.Src.Mesh.Ranks[0]
+	rootDom := b.tp.Domain(root)
+	full := layout.Box{Start: make([]int64, len(t.Src.Shape)), Size: append([]int64(nil), t.Src.Shape...)}
+	rootBuf := b.placed(ir.Staging, ti, root, full)
+
+	// Gather: each source slot once, from the root itself, a replica in the
+	// root's domain, or its first replica.
+	var gather []int32
+	for _, sl := range r.SrcSlots {
+		s := sl.Ranks[0]
+		for _, rk := range sl.Ranks {
+			if rk == root {
+				s = rk
+				break
+			}
+			if b.tp.Domain(rk) == rootDom && b.tp.Domain(s) != rootDom {
+				s = rk
+			}
+		}
+		dst, direct := b.boxIn(rootBuf, sl.Box)
+		if s == root {
+			src, _ := b.boxIn(b.input(ti, s), sl.Box)
+			if !direct {
+				dst = b.boxAsBox(rootBuf, sl.Box)
+				src = b.boxAsBox(b.input(ti, s), sl.Box)
+			}
+			gather = append(gather, b.op(ir.Copy, root, nil, src, dst))
+			continue
+		}
+		in := b.input(ti, s)
+		src := ir.Region{Buf: in, Bytes: b.s.Buffers[in].Bytes}
+		if direct {
+			_, recv := b.xfer(s, root, src, dst, nil, nil)
+			gather = append(gather, recv)
+			continue
+		}
+		stg := b.alloc(root, src.Bytes)
+		_, recv := b.xfer(s, root, src, stg, nil, nil)
+		gather = append(gather, b.op(ir.Unpack, root, []int32{recv}, stg, b.boxAsBox(rootBuf, sl.Box)))
+	}
+
+	// The ring: every destination rank but the root, the root's domain first.
+	var ring []int
+	for _, d := range t.Dst.Mesh.Ranks {
+		if d != root {
+			ring = append(ring, d)
+		}
+	}
+	sort.SliceStable(ring, func(i, j int) bool {
+		di, dj := b.tp.Domain(ring[i]), b.tp.Domain(ring[j])
+		if (di == rootDom) != (dj == rootDom) {
+			return di == rootDom
+		}
+		if di != dj {
+			return di < dj
+		}
+		return ring[i] < ring[j]
+	})
+	chunks := Chunks(full, elem, b.s.ChunkBytes)
+	bufs := make([]int32, len(ring))
+	for i, d := range ring {
+		bufs[i] = b.placed(ir.Staging, ti, d, full)
+	}
+	keep := func(rank int, buf int32, g layout.Box, deps []int32) {
+		k, _ := r.DstSlotOf(rank)
+		if k < 0 {
+			return
+		}
+		part, ok := b.intersect(g, r.DstSlots[k].Box)
+		if !ok {
+			return
+		}
+		b.laneOp(b.unpackLast, ir.Copy, rank, deps, b.boxAsBox(buf, part), b.boxAsBox(b.output(ti, rank), part))
+	}
+	var one [1]int32
+	for _, g := range chunks {
+		prev, _ := b.boxIn(rootBuf, g)
+		from, deps := root, gather
+		keep(root, rootBuf, g, gather)
+		for i, d := range ring {
+			dst, _ := b.boxIn(bufs[i], g)
+			_, recv := b.xfer(from, d, prev, dst, deps, nil)
+			one[0] = recv
+			keep(d, bufs[i], g, one[:])
+			prev, from, deps = dst, d, one[:]
+		}
+	}
+}
