@@ -39,6 +39,12 @@ func TestGolden(t *testing.T) {
 		{"bad-key", []string{"plan", "testdata/scenarios/bad-key.toml"}},
 		{"bad-shard-dim", []string{"plan", "testdata/scenarios/bad-shard-dim.toml"}},
 		{"two-scenarios", []string{"plan", "a.toml", "b.toml"}},
+		{"plan-uneven-check", []string{"plan", "--check", "testdata/scenarios/uneven.toml"}},
+		{"plan-ir-needs-one", []string{"plan", "--ir", "x.json", "paper-ffn-moe"}},
+		{"plan-unknown-route", []string{"plan", "--route", "teleport", "paper-ffn-moe"}},
+		{"plan-bad-chunk", []string{"plan", "--chunk", "0 B", "paper-ffn-moe"}},
+		{"plan-bad-point", []string{"plan", "--point", "rho=3", "paper-ffn-moe"}},
+		{"verify-missing", []string{"verify", "testdata/nope.json"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			stdout, stderr, code := run(t, tc.args...)
@@ -58,5 +64,24 @@ func TestGolden(t *testing.T) {
 				t.Errorf("output differs from %s (go test -update rewrites it)\n--- got ---\n%s\n--- want ---\n%s", path, got, want)
 			}
 		})
+	}
+}
+
+// plan --ir writes a schedule that verify reads back and executes exactly.
+func TestIRRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.json")
+	if _, stderr, code := run(t, "plan", "--route", "hierarchical", "--point", "rho=4", "--scale", "0.03125", "--ir", path, "paper-ffn-moe"); code != 0 {
+		t.Fatalf("plan --ir: exit %d: %s", code, stderr)
+	}
+	stdout, stderr, code := run(t, "verify", "--exec", path)
+	if code != 0 || !strings.Contains(stdout, "0 wrong") {
+		t.Fatalf("verify: exit %d\n%s%s", code, stdout, stderr)
+	}
+	// A file from another version is refused with a clear message.
+	data, _ := os.ReadFile(path)
+	bad := filepath.Join(t.TempDir(), "v9.json")
+	os.WriteFile(bad, []byte(strings.Replace(string(data), `"version":1`, `"version":9`, 1)), 0o644)
+	if _, stderr, code := run(t, "verify", bad); code != 1 || !strings.Contains(stderr, "version 9, but this m2n reads version 1") {
+		t.Fatalf("verify of version 9: exit %d: %s", code, stderr)
 	}
 }

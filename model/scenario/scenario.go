@@ -10,6 +10,7 @@ package scenario
 import (
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"sort"
 	"strconv"
@@ -556,4 +557,44 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// Scale shrinks every tensor of the point for runs on small machines: dim 0
+// of each tensor becomes ceil(n x f), at least 1. Layouts stay valid
+// (torch.chunk handles the new, possibly uneven, sizes).
+func (p *Point) Scale(f float64) error {
+	if !(f > 0 && f <= 1) {
+		return fmt.Errorf("scale %v: must be in (0, 1]", f)
+	}
+	for i := range p.Tensors {
+		t := &p.Tensors[i]
+		shape := append([]int64(nil), t.Src.Shape...)
+		shape[0] = max(1, int64(math.Ceil(float64(shape[0])*f)))
+		t.Src.Shape, t.Dst.Shape = shape, shape
+	}
+	return nil
+}
+
+// Match reports whether the point has every coordinate a filter names: a
+// filter is "name=value", compared as written ("rho=4").
+func (p *Point) Match(filters []string) (bool, error) {
+	for _, f := range filters {
+		name, val, ok := strings.Cut(f, "=")
+		if !ok {
+			return false, fmt.Errorf("point filter %q: want name=value", f)
+		}
+		found := false
+		for _, q := range p.Params {
+			if q.Name == name {
+				found = true
+				if FormatValue(q.Value) != val {
+					return false, nil
+				}
+			}
+		}
+		if !found {
+			return false, fmt.Errorf("point filter %q: no sweep is named %q", f, name)
+		}
+	}
+	return true, nil
 }

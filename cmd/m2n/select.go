@@ -1,0 +1,113 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/m2n-project/m2n/model/scenario"
+	"github.com/m2n-project/m2n/model/units"
+	"github.com/m2n-project/m2n/plan"
+	"github.com/m2n-project/m2n/plan/ir"
+)
+
+// selection is the flags that pick what to plan: routes, sweep points,
+// chunk size and a scale-down factor, shared by plan, sim and run.
+type selection struct {
+	routes string
+	points multiFlag
+	chunk  string
+	scale  float64
+}
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+func (sel *selection) register(fs *flags) {
+	fs.StringVar(&sel.routes, "route", "", "routes to plan, comma-separated (default: the scenario's, else all of "+strings.Join(plan.Routes, ", ")+")")
+	fs.Var(&sel.points, "point", "only sweep points with this coordinate, as name=value (repeatable)")
+	fs.StringVar(&sel.chunk, "chunk", "", "pipelining chunk size, e.g. \"4 MiB\" (default: the scenario's, else 4 MiB)")
+	fs.Float64Var(&sel.scale, "scale", 1, "shrink dim 0 of every tensor by this factor in (0, 1], to fit small machines")
+}
+
+// resolve loads the selected points of a scenario, scaled.
+func (sel *selection) resolve(sc *scenario.Scenario) ([]*scenario.Point, error) {
+	all, err := sc.Points()
+	if err != nil {
+		return nil, err
+	}
+	var out []*scenario.Point
+	for _, p := range all {
+		ok, err := p.Match(sel.points)
+		if err != nil {
+			return nil, usageError{err.Error()}
+		}
+		if !ok {
+			continue
+		}
+		if sel.scale != 1 {
+			if err := p.Scale(sel.scale); err != nil {
+				return nil, usageError{"--scale: " + err.Error()}
+			}
+		}
+		out = append(out, p)
+	}
+	if len(out) == 0 {
+		return nil, usagef("--point %s matches no sweep point", sel.points.String())
+	}
+	return out, nil
+}
+
+// routesOf returns the routes to plan at a point.
+func (sel *selection) routesOf(p *scenario.Point) ([]string, error) {
+	rs := p.Routes
+	if sel.routes != "" {
+		rs = strings.Split(sel.routes, ",")
+	}
+	if len(rs) == 0 {
+		rs = plan.Routes
+	}
+	for _, r := range rs {
+		known := false
+		for _, k := range plan.Routes {
+			known = known || k == r
+		}
+		if !known {
+			return nil, usagef("unknown route %q (known: %s)", r, strings.Join(plan.Routes, ", "))
+		}
+	}
+	return rs, nil
+}
+
+// chunkOf returns the chunk size at a point.
+func (sel *selection) chunkOf(p *scenario.Point) (int64, error) {
+	if sel.chunk != "" {
+		b, err := units.ParseBytes(sel.chunk)
+		if err != nil || b <= 0 {
+			return 0, usagef("--chunk %q: want a positive size such as \"4 MiB\"", sel.chunk)
+		}
+		return int64(b), nil
+	}
+	if p.Chunk != nil {
+		return int64(*p.Chunk), nil
+	}
+	return plan.DefaultChunkBytes, nil
+}
+
+// build plans one route at one point.
+func (sel *selection) build(p *scenario.Point, route string) (*ir.Schedule, error) {
+	chunk, err := sel.chunkOf(p)
+	if err != nil {
+		return nil, err
+	}
+	tensors := make([]ir.Tensor, len(p.Tensors))
+	for i, t := range p.Tensors {
+		tensors[i] = ir.Tensor{Name: t.Name, Src: t.Src, Dst: t.Dst}
+	}
+	s, err := plan.Build(tensors, p.Topology, plan.Options{Route: route, ChunkBytes: chunk})
+	if err != nil {
+		return nil, fmt.Errorf("point %s, route %s: %w", p.Label(), route, err)
+	}
+	return s, nil
+}
