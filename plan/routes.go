@@ -193,10 +193,11 @@ func (b *builder) deliver(ti int, ds []delivery) {
 // agbcast is the legacy path: gather the whole tensor at a root of the
 // source group (the first rank of the source mesh), then broadcast it along
 // a ring of every destination rank, chunk by chunk as NCCL's ring broadcast
-// pipelines it; each destination keeps its slice. The broadcast starts once
-// the gather is complete. The ring visits the root's domain first, then the
-// other domains in order, so only the root's hop and domain-to-domain hops
-// cross the network.
+// pipelines it; each destination keeps its slice. A chunk's broadcast starts
+// once the gathered shards it covers have arrived at the root (a packed
+// gather feeding the broadcast). The ring visits the root's domain first,
+// then the other domains in order, so only the root's hop and
+// domain-to-domain hops cross the network.
 func (b *builder) agbcast(ti int) {
 	r := b.regions[ti]
 	t := &b.s.Tensors[ti]
@@ -208,7 +209,7 @@ func (b *builder) agbcast(ti int) {
 
 	// Gather: each source slot once, from the root itself, a replica in the
 	// root's domain, or its first replica.
-	var gather []int32
+	var gather []int32 // the op that completes each source slot at the root
 	for _, sl := range r.SrcSlots {
 		s := sl.Ranks[0]
 		for _, rk := range sl.Ranks {
@@ -276,10 +277,17 @@ func (b *builder) agbcast(ti int) {
 		b.laneOp(b.unpackLast, ir.Copy, rank, deps, b.boxAsBox(buf, part), b.boxAsBox(b.output(ti, rank), part))
 	}
 	var one [1]int32
+	var need []int32
 	for _, g := range chunks {
 		prev, _ := b.boxIn(rootBuf, g)
-		from, deps := root, gather
-		keep(root, rootBuf, g, gather)
+		need = need[:0]
+		for k, sl := range r.SrcSlots {
+			if _, ok := g.Intersect(sl.Box); ok {
+				need = append(need, gather[k])
+			}
+		}
+		from, deps := root, need
+		keep(root, rootBuf, g, need)
 		for i, d := range ring {
 			dst, _ := b.boxIn(bufs[i], g)
 			_, recv := b.xfer(from, d, prev, dst, deps, nil)

@@ -47,6 +47,7 @@ type env struct {
 func commands() []command {
 	return []command{
 		{"plan", "derive regions and schedules; print a summary, write the IR", runPlan},
+		{"sim", "simulate each route: modeled time beside the SOL bound", runSim},
 		{"verify", "check a schedule IR file, and run it on the host", runVerify},
 		{"version", "print the version", runVersion},
 	}

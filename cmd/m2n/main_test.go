@@ -45,6 +45,11 @@ func TestGolden(t *testing.T) {
 		{"plan-bad-chunk", []string{"plan", "--chunk", "0 B", "paper-ffn-moe"}},
 		{"plan-bad-point", []string{"plan", "--point", "rho=3", "paper-ffn-moe"}},
 		{"verify-missing", []string{"verify", "testdata/nope.json"}},
+		{"sim-paper", []string{"sim", "paper-ffn-moe"}},
+		{"sim-paper-ideal", []string{"sim", "--ideal", "paper-ffn-moe"}},
+		{"sim-uneven-json", []string{"sim", "--json", "testdata/scenarios/uneven.toml"}},
+		{"sim-trace-needs-one", []string{"sim", "--trace", "t.json", "paper-ffn-moe"}},
+		{"sim-ir-needs-topology", []string{"sim", "--ir", "x.json"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			stdout, stderr, code := run(t, tc.args...)

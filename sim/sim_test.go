@@ -1,0 +1,170 @@
+package sim
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/m2n-project/m2n/model/layout"
+	"github.com/m2n-project/m2n/model/topo"
+	"github.com/m2n-project/m2n/model/units"
+	"github.com/m2n-project/m2n/plan"
+	"github.com/m2n-project/m2n/plan/ir"
+)
+
+func seq(a, n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = a + i
+	}
+	return out
+}
+
+func paper(rho int) []ir.Tensor {
+	shape := []int64{256, 2048, 7168}
+	return []ir.Tensor{{
+		Name: "gate_proj",
+		Src:  layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{16}, Ranks: seq(0, 16)}, Placements: []layout.Placement{layout.S(0)}},
+		Dst:  layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{rho, 8}, Ranks: seq(72, 8*rho)}, Placements: []layout.Placement{layout.R, layout.S(1)}},
+	}}
+}
+
+func nvl72(domains int) *topo.Topology {
+	t, _ := topo.Preset("gb200-nvl72")
+	t.Domains = domains
+	return t
+}
+
+// The SOL model reproduces DESIGN.md's formulas on the paper's case, with
+// exact bytes (7168 MiB) and decimal line rates: hierarchical B/(16 B_N),
+// flat rho B/(16 B_N), agbcast B/B_N.
+func TestSOLPaper(t *testing.T) {
+	B := 7168.0 * (1 << 20)
+	BN, BNVL := 50e9, 900e9
+	for _, rho := range []int{2, 4, 8} {
+		want := map[string]float64{
+			plan.Hierarchical: math.Max(math.Max(B/(16*BN), B/(8*float64(rho)*BN)), float64(rho-1)*B/(8*float64(rho)*BNVL)),
+			plan.Flat:         float64(rho) * B / (16 * BN),
+			plan.AGBcast:      B / BN,
+		}
+		for route, w := range want {
+			sol, err := Bound(route, paper(rho), nvl72(2))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := sol.Time.Seconds(); math.Abs(got-w) > 1e-9 {
+				t.Errorf("rho %d %s: SOL %v s (%s), want %v s", rho, route, got, sol.Term, w)
+			}
+		}
+	}
+}
+
+// With line rates and no latency, the simulated time of the paper's case
+// equals the SOL within 1% for every route.
+func TestIdealMatchesSOL(t *testing.T) {
+	for _, rho := range []int{2, 4, 8} {
+		for _, route := range plan.Routes {
+			s, err := plan.Build(paper(rho), nvl72(2), plan.Options{Route: route})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := Run(s, nvl72(2), Options{Ideal: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sol, _ := Bound(route, paper(rho), nvl72(2))
+			ratio := float64(res.Makespan) / float64(sol.Time)
+			t.Logf("rho %d %-12s SOL %v modeled %v ratio %.4f bottleneck %s", rho, route, sol.Time, res.Makespan, ratio, res.Bottleneck.Name)
+			if ratio < 1-1e-9 || ratio > 1.01 {
+				t.Errorf("rho %d %s: ideal %v vs SOL %v (ratio %.4f)", rho, route, res.Makespan, sol.Time, ratio)
+			}
+		}
+	}
+}
+
+func TestDeterministicAndConserving(t *testing.T) {
+	s, err := plan.Build(paper(4), nvl72(2), plan.Options{Route: plan.Hierarchical})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := Run(s, nvl72(2), Options{Timeline: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := Run(s, nvl72(2), Options{Timeline: true})
+	if a.Makespan != b.Makespan || a.Events != b.Events {
+		t.Fatalf("two runs differ: %v vs %v", a.Makespan, b.Makespan)
+	}
+	for i := range a.Ops {
+		if a.Ops[i] != b.Ops[i] {
+			t.Fatalf("op %d timed %v then %v", i, a.Ops[i], b.Ops[i])
+		}
+	}
+	// Conservation: each class carries exactly the schedule's bytes.
+	st := s.Stats()
+	var net, nvl int64
+	for _, r := range a.Resources {
+		switch r.Class {
+		case NICEgress:
+			net += r.Bytes
+		case NVLinkEgress:
+			nvl += r.Bytes
+		}
+	}
+	if net != st.Bytes[ir.Net] || nvl != st.Bytes[ir.NVLink] {
+		t.Errorf("simulated network %d, NVLink %d bytes; schedule has %d, %d", net, nvl, st.Bytes[ir.Net], st.Bytes[ir.NVLink])
+	}
+	// Dependencies hold: no op starts before its dependencies end.
+	for i := range int32(len(s.Ops)) {
+		for _, d := range s.Deps(i) {
+			if a.Ops[i].Start < a.Ops[d].End {
+				t.Fatalf("op %d starts at %v before its dependency %d ends at %v", i, a.Ops[i].Start, d, a.Ops[d].End)
+			}
+		}
+	}
+}
+
+// A random schedule's simulation respects capacities at every instant: the
+// bytes each resource carries never exceed capacity x busy time.
+func TestCapacityRespected(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	for range 30 {
+		rho := 1 + rng.IntN(4)
+		shape := []int64{int64(8 + rng.IntN(64)), int64(64 + rng.IntN(256))}
+		src := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{4}, Ranks: seq(0, 4)}, Placements: []layout.Placement{layout.S(rng.IntN(2))}}
+		dst := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{rho, 2}, Ranks: seq(6, 2*rho)}, Placements: []layout.Placement{layout.R, layout.S(rng.IntN(2))}}
+		tp, _ := topo.Preset("hgx-h200")
+		tp.GPUsPerDomain, tp.Domains = 4, 4
+		for _, route := range plan.Routes {
+			s, err := plan.Build([]ir.Tensor{{Name: "t", Src: src, Dst: dst}}, tp, plan.Options{Route: route, ChunkBytes: 256})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := Run(s, tp, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range res.Resources {
+				if max := float64(r.Capacity) * r.Busy.Seconds(); float64(r.Bytes) > max*(1+1e-6)+1 {
+					t.Fatalf("%s carried %d bytes in %v busy at %v", r.Name, r.Bytes, r.Busy, r.Capacity)
+				}
+			}
+		}
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	s, _ := plan.Build(paper(2), nvl72(2), plan.Options{Route: plan.Flat})
+	small, _ := topo.Preset("hgx-h200")
+	if _, err := Run(s, small, Options{}); err == nil {
+		t.Error("an IR whose ranks are off the topology ran")
+	}
+	zero := nvl72(2)
+	zero.NIC = 0
+	if _, err := Run(s, zero, Options{}); err == nil {
+		t.Error("a topology with zero bandwidth ran")
+	}
+	if _, err := Run(s, nvl72(2), Options{FlowCap: [3]units.Bandwidth{-1, 0, 0}}); err == nil {
+		t.Error("a negative flow cap ran")
+	}
+}

@@ -1,0 +1,223 @@
+package sim
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/m2n-project/m2n/model/topo"
+	"github.com/m2n-project/m2n/model/units"
+	"github.com/m2n-project/m2n/plan"
+	"github.com/m2n-project/m2n/plan/ir"
+)
+
+// SOL is the speed-of-light bound of a route: the aggregate data-movement
+// model of DESIGN.md, computed from the layouts and the topology's line
+// rates. Every rank's bytes on each port (network egress and ingress,
+// NVLink egress and ingress), with the route's work spread over replicas as
+// evenly as the route allows, divided by the port's line rate; the bound is
+// the largest. It leaves out latencies, chunking, and the order of work.
+type SOL struct {
+	Route       string
+	Time        units.Time // the bound
+	Term        string     // the binding term, e.g. "network egress of rank 0"
+	UniqueBytes int64      // bytes of the tensors, each counted once
+}
+
+// ports indexes a rank's loads.
+const (
+	netOut = iota
+	netIn
+	nvlOut
+	nvlIn
+)
+
+var portNames = [4]string{"network egress", "network ingress", "NVLink egress", "NVLink ingress"}
+
+// Bound computes the SOL of moving tensors by a route over a topology.
+func Bound(route string, tensors []ir.Tensor, tp *topo.Topology) (SOL, error) {
+	load := map[int]*[4]float64{}
+	at := func(rank int) *[4]float64 {
+		l, ok := load[rank]
+		if !ok {
+			l = &[4]float64{}
+			load[rank] = l
+		}
+		return l
+	}
+	// move adds bytes sent from rank a to rank b.
+	move := func(a, b int, bytes float64) {
+		switch {
+		case a == b:
+		case tp.Domain(a) == tp.Domain(b):
+			at(a)[nvlOut] += bytes
+			at(b)[nvlIn] += bytes
+		default:
+			at(a)[netOut] += bytes
+			at(b)[netIn] += bytes
+		}
+	}
+	sol := SOL{Route: route}
+	for _, t := range tensors {
+		r, err := plan.Derive(t.Src, t.Dst)
+		if err != nil {
+			return sol, fmt.Errorf("tensor %s: %w", t.Name, err)
+		}
+		sol.UniqueBytes += t.Src.Bytes()
+		switch route {
+		case plan.Flat:
+			boundFlat(r, move)
+		case plan.Hierarchical:
+			boundHier(r, tp, move)
+		case plan.AGBcast:
+			boundAGBcast(r, tp, move)
+		default:
+			return sol, fmt.Errorf("unknown route %q", route)
+		}
+	}
+	rate := [4]float64{
+		netOut: float64(tp.NICLine) * float64(tp.NICsPerGPU), netIn: float64(tp.NICLine) * float64(tp.NICsPerGPU),
+		nvlOut: float64(tp.NVLinkLine), nvlIn: float64(tp.NVLinkLine),
+	}
+	ranks := make([]int, 0, len(load))
+	for rk := range load {
+		ranks = append(ranks, rk)
+	}
+	sort.Ints(ranks)
+	var best float64
+	for _, rk := range ranks {
+		for p, b := range load[rk] {
+			if s := b / rate[p]; s > best {
+				best = s
+				sol.Term = fmt.Sprintf("%s of rank %d", portNames[p], rk)
+			}
+		}
+	}
+	sol.Time = units.Time(best*float64(units.Second) + 0.5)
+	return sol, nil
+}
+
+// boundFlat: every destination rank gets every contribution from its
+// supplier.
+func boundFlat(r *plan.Regions, move func(a, b int, bytes float64)) {
+	for k, sl := range r.DstSlots {
+		lo, hi := r.SlotContribs(k)
+		for i, d := range sl.Ranks {
+			for j := lo; j < hi; j++ {
+				move(r.Supplier(j, i), d, float64(r.Bytes(j)))
+			}
+		}
+	}
+}
+
+// boundHier: per destination slot and domain holding its replicas, each
+// contribution enters the domain once, its bytes spread evenly over the
+// domain's replicas (the leaders), and each leader replicates its share to
+// the domain's other replicas over NVLink. The source injects each
+// contribution once, spread evenly over its replicas. Domains after the
+// first receive from the previous domain's leaders.
+func boundHier(r *plan.Regions, tp *topo.Topology, move func(a, b int, bytes float64)) {
+	for k, sl := range r.DstSlots {
+		byDom := map[int][]int{}
+		var doms []int
+		for _, d := range sl.Ranks {
+			dom := tp.Domain(d)
+			if _, ok := byDom[dom]; !ok {
+				doms = append(doms, dom)
+			}
+			byDom[dom] = append(byDom[dom], d)
+		}
+		sort.Ints(doms)
+		lo, hi := r.SlotContribs(k)
+		for j := lo; j < hi; j++ {
+			b := float64(r.Bytes(j))
+			src := r.SrcSlots[r.Contribs[j].Src].Ranks
+			// A replica that holds the contribution copies it locally and
+			// leads in its domain; else it enters a domain from the source.
+			holder := -1
+			for _, d := range sl.Ranks {
+				if r.SrcSlotOf(d) == r.Contribs[j].Src {
+					holder = d
+					break
+				}
+			}
+			// The ring of domains starts at the holder's domain, or rotates
+			// over the domains, contribution by contribution, as the route
+			// balances domain ingress.
+			q := len(doms)
+			e := (j - lo + k) % q
+			if holder >= 0 {
+				e = sort.SearchInts(doms, tp.Domain(holder))
+			}
+			for step := range q {
+				reps := byDom[doms[(e+step)%q]]
+				if step == 0 && holder >= 0 {
+					for _, d := range reps {
+						move(holder, d, b)
+					}
+					continue
+				}
+				share := b / float64(len(reps))
+				for _, lead := range reps {
+					if step == 0 {
+						for _, s := range src {
+							move(s, lead, share/float64(len(src)))
+						}
+					} else {
+						prev := byDom[doms[(e+step-1)%q]]
+						for _, p := range prev {
+							move(p, lead, share/float64(len(prev)))
+						}
+					}
+					for _, d := range reps {
+						if d != lead {
+							move(lead, d, share)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// boundAGBcast: the root (the source mesh's first rank) gathers every
+// source slot once, then the whole tensor passes along the ring of
+// destination ranks, the root's domain first.
+func boundAGBcast(r *plan.Regions, tp *topo.Topology, move func(a, b int, bytes float64)) {
+	root := r.Src.Mesh.Ranks[0]
+	for _, sl := range r.SrcSlots {
+		b := float64(sl.Box.Elems() * r.Elem())
+		s := sl.Ranks[0]
+		for _, rk := range sl.Ranks {
+			if rk == root || (tp.Domain(rk) == tp.Domain(root) && tp.Domain(s) != tp.Domain(root)) {
+				s = rk
+			}
+			if rk == root {
+				break
+			}
+		}
+		move(s, root, b)
+	}
+	B := float64(r.Src.Bytes())
+	var ring []int
+	for _, d := range r.Dst.Mesh.Ranks {
+		if d != root {
+			ring = append(ring, d)
+		}
+	}
+	rd := tp.Domain(root)
+	sort.SliceStable(ring, func(i, j int) bool {
+		di, dj := tp.Domain(ring[i]), tp.Domain(ring[j])
+		if (di == rd) != (dj == rd) {
+			return di == rd
+		}
+		if di != dj {
+			return di < dj
+		}
+		return ring[i] < ring[j]
+	})
+	prev := root
+	for _, d := range ring {
+		move(prev, d, B)
+		prev = d
+	}
+}
