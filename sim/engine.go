@@ -126,9 +126,9 @@ type engine struct {
 	// flows
 	flowOf  []int32 // op -> flow
 	fl      []flowRec
-	byFluid []int32 // fluid id -> flow
-	active  []int32         // per resource, active flow count (for busy time)
-	since   []units.Time    // per resource, when it last became busy
+	byFluid []int32      // fluid id -> flow
+	active  []int32      // per resource, active flow count (for busy time)
+	since   []units.Time // per resource, when it last became busy
 	busy    []units.Time
 	bytes   []float64
 
