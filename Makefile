@@ -2,12 +2,14 @@
 # `make help` lists the targets.
 
 GO       ?= go
+# go-nvml's header warns about deprecated calls m2n does not make.
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 BIN      := bin/m2n
 PURE     := ./model/... ./plan/... ./sim/... ./reports/...
 FUZZTIME ?= 30s
 
 .DEFAULT_GOAL := help
-.PHONY: help build run test lint purity bench fuzz clean
+.PHONY: help build run report test lint purity bench fuzz clean gpu-test
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -15,8 +17,27 @@ help: ## list the targets
 build: ## build the m2n binary at bin/m2n
 	$(GO) build -o $(BIN) ./cmd/m2n
 
-run: build ## run the main job on the built-in default scenario
-	./$(BIN) plan
+run: build ## report on the paper scenario: Markdown, CSV and charts in out/paper-ffn-moe
+	./$(BIN) report paper-ffn-moe -o out/paper-ffn-moe
+	@echo "the report is in out/paper-ffn-moe/: start with report.md and latency.png"
+
+FIGURES := docs/figures
+report: build ## regenerate the README's headline chart and table (docs/figures) from the paper scenario
+	./$(BIN) report paper-ffn-moe -o out/figures
+	mkdir -p $(FIGURES)
+	cp out/figures/latency.png $(FIGURES)/paper-latency.png
+	cp out/figures/latency.svg $(FIGURES)/paper-latency.svg
+	cp out/figures/results.csv $(FIGURES)/paper-results.csv
+	cp out/figures/report.md $(FIGURES)/paper-report.md
+	@# The README's results table: the block between the m2n:results markers.
+	@awk -v src=out/figures/report.md ' \
+	  BEGIN { while ((getline l < src) > 0) { if (l ~ /m2n:results:begin/) on = 1; if (on) block = block l "\n"; if (l ~ /m2n:results:end/) on = 0 } } \
+	  /m2n:results:begin/ { printf "%s", block; skip = 1; found = 1; next } \
+	  /m2n:results:end/ { skip = 0; next } \
+	  !skip { print } \
+	  END { if (!found) { print "README.md has no <!-- m2n:results:begin --> marker" > "/dev/stderr"; exit 1 } }' \
+	  README.md > out/README.md.tmp && mv out/README.md.tmp README.md
+	@echo "updated $(FIGURES) and the README's results table"
 
 test: lint purity ## lint, check the pure core has no cgo, run every test
 	$(GO) test -shuffle=on ./...
@@ -43,3 +64,7 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 30s)
 
 clean: ## remove build outputs
 	rm -rf bin out
+
+gpu-test: build ## build bin/native.test: the GPU tests, to run on a GPU machine without Go
+	$(GO) test -c -o bin/native.test ./native
+	@echo "on the GPU machine: bin/native.test -test.v -test.run GPU; bin/native.test -test.run '^$$' -test.bench GPU"

@@ -20,7 +20,7 @@ const (
 )
 
 // Routes lists every route, in the order reports show them.
-var Routes = []string{Flat, AGBcast, Hierarchical}
+var Routes = []string{Flat, AGBcast, Hierarchical, NemoLegacy}
 
 // DefaultChunkBytes is the default pipelining chunk: large enough that a
 // 10 us network op latency costs under 12% of a chunk's 87 us at 48 GB/s,
@@ -80,6 +80,8 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 			b.agbcast(ti)
 		case Hierarchical:
 			b.hierarchical(ti)
+		case NemoLegacy:
+			b.legacy(ti)
 		}
 	}
 	s := b.finish()
@@ -103,9 +105,13 @@ type builder struct {
 	staging         map[int]int32 // rank -> its unplaced staging buffer
 	sendLast        map[pair]int32
 	recvLast        map[pair]int32
-	packLast        map[int]int32 // rank -> last pack op: packs run in order
-	unpackLast      map[int]int32 // rank -> last unpack or local copy
+	packLast        map[int]int32  // rank -> last pack op: packs run in order
+	unpackLast      map[int]int32  // rank -> last unpack or local copy
+	entered         map[string]int // hierarchical: contributions entered per replica set
+	led             map[string]int // hierarchical: leaders chosen per replica group of a domain
+	bcastRoots      RootOrder      // agbcast: broadcast roots in order of appearance
 
+	roots   []int           // nemo-legacy's broadcast roots, computed on first use
 	boxes   layout.BoxArena // backing store for boxes
 	scratch []int32
 	sdeps   []int32 // scratch for dependency lists being extended
@@ -164,6 +170,7 @@ func newBuilder(tp *topo.Topology, opt Options) *builder {
 		inputs: map[tr]int32{}, outputs: map[tr]int32{}, staging: map[int]int32{},
 		sendLast: map[pair]int32{}, recvLast: map[pair]int32{},
 		packLast: map[int]int32{}, unpackLast: map[int]int32{},
+		entered: map[string]int{}, led: map[string]int{}, bcastRoots: RootOrder{},
 	}
 }
 

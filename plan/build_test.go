@@ -218,6 +218,23 @@ func TestRouteTraffic(t *testing.T) {
 						t.Errorf("case %d agbcast: rank %d receives %d bytes of the broadcast, want %d", i, d, got, B)
 					}
 				}
+			case NemoLegacy:
+				// The broadcast brings the whole tensor to every destination
+				// rank; the all-gather brings every source rank what it
+				// lacks, each byte once.
+				for _, d := range dst.Mesh.Ranks {
+					got := sentBytes(s, func(int) bool { return true }, func(rk int) bool { return rk == d })
+					if got != B {
+						t.Errorf("case %d nemo-legacy: rank %d receives %d bytes of the broadcast, want %d", i, d, got, B)
+					}
+				}
+				for pos, rk := range src.Mesh.Ranks {
+					own := src.LocalBox(pos).Elems() * src.DType.Size()
+					got := sentBytes(s, isSrc, func(x int) bool { return x == rk })
+					if got != B-own {
+						t.Errorf("case %d nemo-legacy: source rank %d receives %d bytes in the all-gather, want %d - %d", i, rk, got, B, own)
+					}
+				}
 			}
 		}
 	}

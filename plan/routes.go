@@ -2,6 +2,10 @@ package plan
 
 import (
 	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/m2n-project/m2n/model/topo"
 
 	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/plan/ir"
@@ -20,24 +24,6 @@ type delivery struct {
 }
 
 type hop struct{ from, to int }
-
-// rounds moves chunks in rounds: every delivery's chunk 0, then every
-// delivery's chunk 1, and so on, so ops appear in the order data can flow
-// and the per-rank lanes follow it.
-func rounds(ds []delivery, f func(d *delivery, c int)) {
-	for c := 0; ; c++ {
-		more := false
-		for i := range ds {
-			if c < len(ds[i].chunks) {
-				more = true
-				f(&ds[i], c)
-			}
-		}
-		if !more {
-			return
-		}
-	}
-}
 
 // flat sends every (supplier, destination rank) intersection directly: each
 // replica of a destination slot receives its own copy from the source.
@@ -93,7 +79,10 @@ func (b *builder) hierarchical(ti int) {
 		}
 		sort.Ints(doms)
 		q := len(doms)
-		entered := make([]int, q)
+		// Entry domains and leaders rotate across the tensors of a batch too,
+		// per set of replicas, so tensors with one contribution do not all
+		// enter through the same rank.
+		slotKey := rankKey(sl.Ranks, nil)
 		lo, hi := r.SlotContribs(k)
 		for j := lo; j < hi; j++ {
 			c := &r.Contribs[j]
@@ -108,10 +97,12 @@ func (b *builder) hierarchical(ti int) {
 			if local {
 				e = sort.SearchInts(doms, b.tp.Domain(sl.Ranks[li]))
 			} else {
-				e = (j - lo + k) % q
+				e = (b.entered[slotKey] + k) % q
+				b.entered[slotKey]++
 				reps := byDom[doms[e]]
-				li = reps[entered[e]%len(reps)]
-				entered[e]++
+				gk := rankKey(sl.Ranks, reps)
+				li = reps[b.led[gk]%len(reps)]
+				b.led[gk]++
 			}
 			ix := 0 // the leader's position among its domain's replicas
 			for p, i := range byDom[doms[e]] {
@@ -149,45 +140,159 @@ func (b *builder) hierarchical(ti int) {
 	b.deliver(ti, ds)
 }
 
-// deliver adds the ops of every delivery, chunk by chunk in rounds.
+// BroadcastRing orders a broadcast's destination ranks (all but the root)
+// into its ring: the root's domain first, then the other domains in order,
+// so that only the root's hop and domain-to-domain hops cross the network.
+// Within each domain the ring starts at an offset that depends on which
+// root this is (k: the root's order of first appearance in the batch),
+// spread as evenly as any number of roots allows (0, 1/2, 1/4, 3/4, 1/8, ...
+// of the way along), so broadcasts from different roots (one per pipeline
+// stage, say) enter each domain through different ranks.
+func BroadcastRing(dst []int, root int, tp *topo.Topology, k int) []int {
+	rootDom := tp.Domain(root)
+	var ring []int
+	for _, d := range dst {
+		if d != root {
+			ring = append(ring, d)
+		}
+	}
+	sort.SliceStable(ring, func(i, j int) bool {
+		di, dj := tp.Domain(ring[i]), tp.Domain(ring[j])
+		if (di == rootDom) != (dj == rootDom) {
+			return di == rootDom
+		}
+		if di != dj {
+			return di < dj
+		}
+		return ring[i] < ring[j]
+	})
+	for lo := 0; lo < len(ring); {
+		hi := lo
+		for hi < len(ring) && tp.Domain(ring[hi]) == tp.Domain(ring[lo]) {
+			hi++
+		}
+		seg := ring[lo:hi]
+		off := int(vanDerCorput(k) * float64(len(seg)))
+		rot := append(append([]int(nil), seg[off:]...), seg[:off]...)
+		copy(seg, rot)
+		lo = hi
+	}
+	return ring
+}
+
+// vanDerCorput is the k-th point of the base-2 van der Corput sequence in
+// [0, 1): 0, 1/2, 1/4, 3/4, 1/8, 5/8, ...
+func vanDerCorput(k int) float64 {
+	v, f := 0.0, 0.5
+	for ; k > 0; k >>= 1 {
+		if k&1 == 1 {
+			v += f
+		}
+		f /= 2
+	}
+	return v
+}
+
+// RootOrder numbers the distinct roots of broadcasts in order of first
+// appearance: the k that BroadcastRing takes.
+type RootOrder map[int]int
+
+// Of returns the root's number, giving it the next one if new.
+func (o RootOrder) Of(root int) int {
+	if k, ok := o[root]; ok {
+		return k
+	}
+	o[root] = len(o)
+	return o[root]
+}
+
+// rankKey names a set of ranks: all of ranks, or those at the indices idx.
+func rankKey(ranks []int, idx []int) string {
+	var sb strings.Builder
+	if idx == nil {
+		for _, r := range ranks {
+			sb.WriteString(strconv.Itoa(r))
+			sb.WriteByte(',')
+		}
+		return sb.String()
+	}
+	for _, i := range idx {
+		sb.WriteString(strconv.Itoa(ranks[i]))
+		sb.WriteByte(',')
+	}
+	return sb.String()
+}
+
+// deliver adds the ops of every delivery in rounds, pipelined: in round r,
+// each delivery's supplier sends chunk r, and a rank that received chunks at
+// hop depth k forwards chunk r-k. Ops then appear in the order data can
+// flow, so the per-pair and per-rank lanes, which run in that order, never
+// hold a ready chunk behind one still k hops away.
 func (b *builder) deliver(ti int, ds []delivery) {
 	cache := map[packKey]packed{}
-	// holding is where a rank has the current chunk, and the op (or -1)
-	// that put it there.
+	// holding is where a rank of a delivery's path has a chunk, and the op
+	// (or -1) that put it there.
 	type holding struct {
-		rank   int
 		region ir.Region
 		dep    int32
 	}
-	var has []holding
-	find := func(rank int) holding {
-		for _, h := range has {
-			if h.rank == rank {
-				return h
+	type path struct {
+		node  map[int]int // rank -> node index: 0 the leader, i+1 hop i's receiver
+		depth []int       // per node: transfers from the supplier to it
+		held  [][]holding // per chunk, per node
+	}
+	paths := make([]path, len(ds))
+	total := 0
+	for i := range ds {
+		d := &ds[i]
+		p := path{node: map[int]int{d.leader: 0}, depth: make([]int, len(d.hops)+1)}
+		if !d.local {
+			p.depth[0] = 1
+		}
+		deepest := p.depth[0]
+		for h, hp := range d.hops {
+			from, ok := p.node[hp.from]
+			if !ok {
+				panic("plan: a hop from a rank that does not hold the chunk")
+			}
+			p.node[hp.to] = h + 1
+			p.depth[h+1] = p.depth[from] + 1
+			deepest = max(deepest, p.depth[h+1])
+		}
+		p.held = make([][]holding, len(d.chunks))
+		paths[i] = p
+		total = max(total, len(d.chunks)+deepest)
+	}
+	for r := range total {
+		for i := range ds {
+			d, p := &ds[i], &paths[i]
+			if r < len(d.chunks) {
+				g := d.chunks[r]
+				p.held[r] = make([]holding, len(d.hops)+1)
+				src, dep := b.sendable(ti, d.src, g, packKey{d.src, d.j, r}, cache)
+				if d.local {
+					p.held[r][0] = holding{src, dep}
+				} else {
+					dst, direct := b.landing(ti, d.leader, g)
+					_, recv := b.xfer(d.src, d.leader, src, dst, b.dep(dep), nil)
+					b.land(ti, d.leader, g, dst, direct, recv)
+					p.held[r][0] = holding{dst, recv}
+				}
+			}
+			for h, hp := range d.hops {
+				from := p.node[hp.from]
+				c := r - p.depth[from]
+				if c < 0 || c >= len(d.chunks) {
+					continue
+				}
+				g, at := d.chunks[c], p.held[c][from]
+				dst, direct := b.landing(ti, hp.to, g)
+				_, recv := b.xfer(hp.from, hp.to, at.region, dst, b.dep(at.dep), nil)
+				b.land(ti, hp.to, g, dst, direct, recv)
+				p.held[c][h+1] = holding{dst, recv}
 			}
 		}
-		panic("plan: a hop from a rank that does not hold the chunk")
 	}
-	rounds(ds, func(d *delivery, c int) {
-		g := d.chunks[c]
-		has = has[:0]
-		src, dep := b.sendable(ti, d.src, g, packKey{d.src, d.j, c}, cache)
-		if d.local {
-			has = append(has, holding{d.leader, src, dep})
-		} else {
-			dst, direct := b.landing(ti, d.leader, g)
-			_, recv := b.xfer(d.src, d.leader, src, dst, b.dep(dep), nil)
-			b.land(ti, d.leader, g, dst, direct, recv)
-			has = append(has, holding{d.leader, dst, recv})
-		}
-		for _, hp := range d.hops {
-			from := find(hp.from)
-			dst, direct := b.landing(ti, hp.to, g)
-			_, recv := b.xfer(hp.from, hp.to, from.region, dst, b.dep(from.dep), nil)
-			b.land(ti, hp.to, g, dst, direct, recv)
-			has = append(has, holding{hp.to, dst, recv})
-		}
-	})
 }
 
 // agbcast is the legacy path: gather the whole tensor at a root of the
@@ -243,23 +348,7 @@ func (b *builder) agbcast(ti int) {
 		gather = append(gather, b.op(ir.Unpack, root, []int32{recv}, stg, b.boxAsBox(rootBuf, sl.Box)))
 	}
 
-	// The ring: every destination rank but the root, the root's domain first.
-	var ring []int
-	for _, d := range t.Dst.Mesh.Ranks {
-		if d != root {
-			ring = append(ring, d)
-		}
-	}
-	sort.SliceStable(ring, func(i, j int) bool {
-		di, dj := b.tp.Domain(ring[i]), b.tp.Domain(ring[j])
-		if (di == rootDom) != (dj == rootDom) {
-			return di == rootDom
-		}
-		if di != dj {
-			return di < dj
-		}
-		return ring[i] < ring[j]
-	})
+	ring := BroadcastRing(t.Dst.Mesh.Ranks, root, b.tp, b.bcastRoots.Of(root))
 	chunks := Chunks(full, elem, b.s.ChunkBytes)
 	bufs := make([]int32, len(ring))
 	for i, d := range ring {

@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"container/heap"
 	"errors"
 	"fmt"
 	"math"
@@ -138,6 +137,8 @@ type engine struct {
 	result *Result
 }
 
+// flowRec is one flow. It holds no pointers, so millions of them cost the
+// garbage collector nothing to scan.
 type flowRec struct {
 	ops      [2]int32
 	bytes    float64
@@ -146,13 +147,27 @@ type flowRec struct {
 	last     units.Time
 	version  int32
 	fluidID  int32
-	res      []int32
-	coef     []float64
+	res      [maxFlowRes]int32 // the resources it holds: res[:nres]
+	coef     [maxFlowRes]float64
+	nres     int8
 	lat      units.Time
 	class    ir.Class
 	ready    units.Time
 	start    units.Time
 	finished bool
+}
+
+// maxFlowRes is the most resources a flow holds: NIC egress and ingress and
+// two fabric links.
+const maxFlowRes = 4
+
+// path returns the flow's resources and coefficients.
+func (f *flowRec) path() ([]int32, []float64) { return f.res[:f.nres], f.coef[:f.nres] }
+
+// hold appends a resource to the flow's path.
+func (f *flowRec) hold(r int32, coef float64) {
+	f.res[f.nres], f.coef[f.nres] = r, coef
+	f.nres++
 }
 
 func newEngine(s *ir.Schedule, tp *topo.Topology, opt Options) (*engine, error) {
@@ -246,6 +261,18 @@ func (e *engine) run() (*Result, error) {
 			fill[d]++
 		}
 	}
+	// One flow per local op and per send/recv pair.
+	nflows := 0
+	for i := range n {
+		if k := s.Ops[i].Kind; k != ir.Recv {
+			nflows++
+		}
+	}
+	e.fl = make([]flowRec, 0, nflows)
+	e.events.pos = make([]int32, nflows)
+	for i := range e.events.pos {
+		e.events.pos[i] = -1
+	}
 	e.result = &Result{FlowOf: e.flowOf}
 	if e.opt.Timeline {
 		e.result.Ops = make([]Span, n)
@@ -256,10 +283,10 @@ func (e *engine) run() (*Result, error) {
 		}
 	}
 	for e.events.Len() > 0 {
-		t := e.events[0].at
+		t := e.events.q[0].at
 		e.now = t
-		for e.events.Len() > 0 && e.events[0].at == t {
-			ev := heap.Pop(&e.events).(event)
+		for e.events.Len() > 0 && e.events.q[0].at == t {
+			ev := e.events.pop()
 			switch ev.kind {
 			case evStart:
 				e.startFlow(ev.flow)
@@ -291,11 +318,21 @@ func (e *engine) run() (*Result, error) {
 			r.Bottleneck = st
 		}
 	}
-	for _, f := range e.fl {
-		r.FlowRes = append(r.FlowRes, f.res)
-		r.FlowCoef = append(r.FlowCoef, f.coef)
-		r.FlowLat = append(r.FlowLat, f.lat)
-		r.FlowOps = append(r.FlowOps, f.ops)
+	// The flows' paths, each a slice of one shared backing array.
+	total := 0
+	for i := range e.fl {
+		total += int(e.fl[i].nres)
+	}
+	resAll, coefAll := make([]int32, 0, total), make([]float64, 0, total)
+	r.FlowRes, r.FlowCoef = make([][]int32, len(e.fl)), make([][]float64, len(e.fl))
+	r.FlowLat, r.FlowOps = make([]units.Time, len(e.fl)), make([][2]int32, len(e.fl))
+	for i := range e.fl {
+		f := &e.fl[i]
+		res, coef := f.path()
+		a := len(resAll)
+		resAll, coefAll = append(resAll, res...), append(coefAll, coef...)
+		r.FlowRes[i], r.FlowCoef[i] = resAll[a:len(resAll):len(resAll)], coefAll[a:len(coefAll):len(coefAll)]
+		r.FlowLat[i], r.FlowOps[i] = f.lat, f.ops
 	}
 	return r, nil
 }
@@ -328,7 +365,7 @@ func (e *engine) newFlow(a, b int32) {
 	if b < 0 {
 		class = ir.Local
 		g := e.rankG[op.Rank]
-		f.res, f.coef = []int32{e.mem[g]}, []float64{2}
+		f.hold(e.mem[g], 2)
 		f.bytes = float64(op.Src.Bytes)
 	} else {
 		f.bytes = float64(op.Src.Bytes)
@@ -337,18 +374,19 @@ func (e *engine) newFlow(a, b int32) {
 		switch {
 		case e.opt.Loopback || sg == dg:
 			class = ir.Local
-			f.res, f.coef = []int32{e.mem[sg]}, []float64{2}
+			f.hold(e.mem[sg], 2)
 		case sdom == ddom:
 			class = ir.NVLink
-			f.res, f.coef = []int32{e.nvlE[sg], e.nvlI[dg]}, []float64{1, 1}
+			f.hold(e.nvlE[sg], 1)
+			f.hold(e.nvlI[dg], 1)
 		default:
 			class = ir.Net
 			k := e.tp.NICsPerGPU
-			f.res = []int32{e.nicE[sg][int(op.Peer)%k], e.nicI[dg][int(op.Rank)%k]}
-			f.coef = []float64{1, 1}
+			f.hold(e.nicE[sg][int(op.Peer)%k], 1)
+			f.hold(e.nicI[dg][int(op.Rank)%k], 1)
 			if up, ok := e.fabUp[sdom]; ok {
-				f.res = append(f.res, up, e.fabDn[ddom])
-				f.coef = append(f.coef, 1, 1)
+				f.hold(up, 1)
+				f.hold(e.fabDn[ddom], 1)
 			}
 		}
 	}
@@ -371,13 +409,14 @@ func (e *engine) newFlow(a, b int32) {
 func (e *engine) startFlow(id int32) {
 	f := &e.fl[id]
 	f.start, f.last, f.left = e.now, e.now, f.bytes
-	f.fluidID = e.fluid.add(f.res, f.coef, e.capRt[f.class])
+	res, coef := f.path()
+	f.fluidID = e.fluid.add(res, coef, e.capRt[f.class])
 	for int(f.fluidID) >= len(e.byFluid) {
 		e.byFluid = append(e.byFluid, -1)
 	}
 	e.byFluid[f.fluidID] = id
 	e.result.Events++
-	for _, r := range f.res {
+	for _, r := range res {
 		if e.active[r] == 0 {
 			e.since[r] = e.now
 		}
@@ -396,8 +435,9 @@ func (e *engine) finishFlow(id int32) {
 	f := &e.fl[id]
 	f.finished = true
 	moved := f.bytes
-	for k, r := range f.res {
-		e.bytes[r] += moved * f.coef[k]
+	res, coef := f.path()
+	for k, r := range res {
+		e.bytes[r] += moved * coef[k]
 		if e.active[r]--; e.active[r] == 0 {
 			e.busy[r] += e.now - e.since[r]
 		}
@@ -435,14 +475,17 @@ func (e *engine) rebalance() {
 		f.rate = e.fluid.flows[c.id].rate
 		f.version++
 		dt := units.Time(math.Ceil(f.left / f.rate))
-		e.push(event{at: e.now + dt, kind: evDone, flow: id, version: f.version})
+		// The flow's completion moves: one pending event per flow, updated
+		// in place, as if pushed anew.
+		e.events.set(event{at: e.now + dt, seq: e.seq, kind: evDone, flow: id, version: f.version})
+		e.seq++
 	}
 }
 
 func (e *engine) push(ev event) {
 	ev.seq = e.seq
 	e.seq++
-	heap.Push(&e.events, ev)
+	e.events.push(ev)
 }
 
 const (
@@ -458,23 +501,100 @@ type event struct {
 	version int32
 }
 
-// eventHeap orders events by (time, sequence): deterministic on ties.
-type eventHeap []event
-
-func (h eventHeap) Len() int { return len(h) }
-func (h eventHeap) Less(i, j int) bool {
-	if h[i].at != h[j].at {
-		return h[i].at < h[j].at
-	}
-	return h[i].seq < h[j].seq
+// eventHeap orders events by (time, sequence): deterministic on ties. A
+// flow has at most one pending completion; pos locates it, so a rate change
+// moves it instead of leaving a stale copy behind. It is a typed binary
+// heap: container/heap would box every event in an interface.
+type eventHeap struct {
+	q   []event
+	pos []int32 // per flow: the index of its pending evDone in q, or -1
 }
-func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *eventHeap) Push(x any)   { *h = append(*h, x.(event)) }
-func (h *eventHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+
+func (h *eventHeap) Len() int { return len(h.q) }
+
+func (a event) before(b event) bool {
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	return a.seq < b.seq
+}
+
+// place puts ev at index i and records where a completion went.
+func (h *eventHeap) place(i int, ev event) {
+	h.q[i] = ev
+	if ev.kind == evDone {
+		h.pos[ev.flow] = int32(i)
+	}
+}
+
+func (h *eventHeap) up(i int) {
+	ev := h.q[i]
+	for i > 0 {
+		p := (i - 1) / 2
+		if !ev.before(h.q[p]) {
+			break
+		}
+		h.place(i, h.q[p])
+		i = p
+	}
+	h.place(i, ev)
+}
+
+func (h *eventHeap) down(i int) {
+	n := len(h.q)
+	ev := h.q[i]
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && h.q[r].before(h.q[l]) {
+			m = r
+		}
+		if !h.q[m].before(ev) {
+			break
+		}
+		h.place(i, h.q[m])
+		i = m
+	}
+	h.place(i, ev)
+}
+
+func (h *eventHeap) push(ev event) {
+	h.q = append(h.q, ev)
+	h.up(len(h.q) - 1)
+}
+
+// set pushes a flow's completion, or moves its pending one.
+func (h *eventHeap) set(ev event) {
+	i := h.pos[ev.flow]
+	if i < 0 {
+		h.push(ev)
+		return
+	}
+	old := h.q[i]
+	h.q[i] = ev
+	if ev.before(old) {
+		h.up(int(i))
+	} else {
+		h.down(int(i))
+	}
+}
+
+func (h *eventHeap) pop() event {
+	top := h.q[0]
+	if top.kind == evDone {
+		h.pos[top.flow] = -1
+	}
+	n := len(h.q) - 1
+	last := h.q[n]
+	h.q = h.q[:n]
+	if n > 0 {
+		h.q[0] = last
+		h.down(0)
+	}
+	return top
 }
 
 // ByClass sums resource stats per class, in a fixed order.

@@ -10,13 +10,38 @@ import "math"
 //
 // Solving is incremental: only the connected component (flows linked by
 // shared resources) around resources whose flow set changed is re-solved.
+// When many flows are active, a local re-solve comes first (solveLocal): it
+// re-solves only the flows on the changed resources, holding the others at
+// their rates, and checks the result against the max-min conditions; it
+// widens the set until they hold, and falls back to the component.
 type fluid struct {
 	capacity []float64 // per resource, bytes/ps
 	users    [][]int32 // per resource, its active flows
 	userPos  [][]int32 // per resource, per user: index of the resource in the flow's list
 
-	flows []flowState
-	free  []int32 // recycled flow slots
+	flows   []flowState
+	free    []int32 // recycled flow slots
+	nactive int     // active flows
+
+	// The state of the last solution, per resource: the level at which it
+	// saturated (+Inf if it did not), the number of flows it bottlenecks,
+	// and its load (sum of coefficient x rate).
+	level []float64
+	nb    []int32
+	load  []float64
+	// localMin is the number of active flows from which solve tries a local
+	// re-solve first. Below it, every solve fills the whole component.
+	localMin int
+	// local and full count the solves of each kind, for tests and tuning.
+	local, full int
+	// scratch of the local re-solve, per flow slot and per resource
+	nrate  []float64
+	nbott  []int32
+	nfrz   []bool
+	lv     []float64
+	sb     []int32
+	frozAt []bool
+	actv   []int32
 
 	dirty []int32 // resources whose flow set changed since the last solve
 	// scratch, stamped per solve
@@ -47,15 +72,20 @@ type flowState struct {
 	active bool
 	frozen bool
 	rate   float64 // bytes/ps
+	bott   int32   // the resource that froze it in the last solve; -1: its cap, or none
 }
 
 // maxPath is the most resources one flow holds at once: egress and ingress
 // ports, two fabric links and a rate cap.
 const maxPath = 6
 
+// defaultLocalMin is where local re-solving starts to pay: below it, a
+// component is small enough to fill whole.
+const defaultLocalMin = 2048
+
 func newFluid(capacity []float64) *fluid {
 	n := len(capacity)
-	return &fluid{
+	f := &fluid{
 		capacity: capacity,
 		users:    make([][]int32, n),
 		userPos:  make([][]int32, n),
@@ -63,7 +93,18 @@ func newFluid(capacity []float64) *fluid {
 		left:     make([]float64, n),
 		weight:   make([]float64, n),
 		count:    make([]int32, n),
+		level:    make([]float64, n),
+		nb:       make([]int32, n),
+		load:     make([]float64, n),
+		lv:       make([]float64, n),
+		sb:       make([]int32, n),
+		frozAt:   make([]bool, n),
+		localMin: defaultLocalMin,
 	}
+	for r := range f.level {
+		f.level[r] = math.Inf(1)
+	}
+	return f
 }
 
 // add starts a flow over resources res with coefficients coef and returns
@@ -77,9 +118,13 @@ func (f *fluid) add(res []int32, coef []float64, limit float64) int32 {
 		id = int32(len(f.flows))
 		f.flows = append(f.flows, flowState{})
 		f.flowMark = append(f.flowMark, 0)
+		f.nrate = append(f.nrate, 0)
+		f.nbott = append(f.nbott, -1)
+		f.nfrz = append(f.nfrz, false)
 	}
+	f.nactive++
 	fl := &f.flows[id]
-	*fl = flowState{n: int8(len(res)), active: true, limit: limit}
+	*fl = flowState{n: int8(len(res)), active: true, limit: limit, bott: -1}
 	for k, r := range res {
 		fl.res[k], fl.coef[k] = r, coef[k]
 		fl.pos[k] = int32(len(f.users[r]))
@@ -93,8 +138,16 @@ func (f *fluid) add(res []int32, coef []float64, limit float64) int32 {
 // remove ends a flow.
 func (f *fluid) remove(id int32) {
 	fl := &f.flows[id]
+	f.nactive--
+	if fl.bott >= 0 {
+		f.nb[fl.bott]--
+	}
 	for k := range int(fl.n) {
 		r := fl.res[k]
+		f.load[r] -= fl.coef[k] * fl.rate
+		if f.load[r] < 0 {
+			f.load[r] = 0
+		}
 		p := fl.pos[k]
 		us, ps := f.users[r], f.userPos[r]
 		last := int32(len(us) - 1)
@@ -118,13 +171,12 @@ func (f *fluid) solve() []change {
 	if len(f.dirty) == 0 {
 		return f.changed
 	}
-	f.epoch++
-	if f.epoch == 0 { // wrapped: reset stamps
-		clear(f.resMark)
-		clear(f.flowMark)
-		f.epoch = 1
+	if f.nactive >= f.localMin && f.solveLocal() {
+		f.local++
+		return f.changed
 	}
-	e := f.epoch
+	f.full++
+	e := f.stamp()
 	// The component: every resource and flow reachable from a dirty resource.
 	f.compRes, f.compFlow = f.compRes[:0], f.compFlow[:0]
 	for _, r := range f.dirty {
@@ -155,6 +207,9 @@ func (f *fluid) solve() []change {
 		f.left[r] = f.capacity[r]
 		f.weight[r] = 0
 		f.count[r] = 0
+		f.level[r] = math.Inf(1)
+		f.nb[r] = 0
+		f.load[r] = 0
 	}
 	f.capped = f.capped[:0]
 	for _, id := range f.compFlow {
@@ -202,7 +257,7 @@ func (f *fluid) solve() []change {
 		// Freeze capped flows that reached their cap.
 		for _, id := range f.capped {
 			if fl := &f.flows[id]; !fl.frozen && fl.limit <= level*(1+1e-12) {
-				f.freeze(id, level)
+				f.freeze(id, level, -1)
 				unfrozen--
 			}
 		}
@@ -211,9 +266,10 @@ func (f *fluid) solve() []change {
 			if f.count[r] == 0 || f.left[r] > 1e-12*f.capacity[r] {
 				continue
 			}
+			f.level[r] = level
 			for _, id := range f.users[r] {
 				if !f.flows[id].frozen {
-					f.freeze(id, level)
+					f.freeze(id, level, r)
 					unfrozen--
 				}
 			}
@@ -221,13 +277,36 @@ func (f *fluid) solve() []change {
 			f.left[r] = 0
 		}
 	}
+	// Record the solution's bottlenecks and loads for local re-solves.
+	for _, id := range f.compFlow {
+		fl := &f.flows[id]
+		if fl.bott >= 0 {
+			f.nb[fl.bott]++
+		}
+		for k := range int(fl.n) {
+			f.load[fl.res[k]] += fl.coef[k] * fl.rate
+		}
+	}
 	return f.changed
 }
 
-// freeze fixes a flow's rate at level and takes it out of the filling.
-func (f *fluid) freeze(id int32, level float64) {
+// stamp starts a new marking epoch and returns it.
+func (f *fluid) stamp() uint32 {
+	f.epoch++
+	if f.epoch == 0 { // wrapped: reset stamps
+		clear(f.resMark)
+		clear(f.flowMark)
+		f.epoch = 1
+	}
+	return f.epoch
+}
+
+// freeze fixes a flow's rate at level and takes it out of the filling; at
+// is the resource that froze it (-1: its cap).
+func (f *fluid) freeze(id int32, level float64, at int32) {
 	fl := &f.flows[id]
 	fl.frozen = true
+	fl.bott = at
 	if fl.rate != level {
 		f.changed = append(f.changed, change{id, fl.rate})
 	}
@@ -236,4 +315,215 @@ func (f *fluid) freeze(id int32, level float64) {
 		f.weight[fl.res[k]] -= fl.coef[k]
 		f.count[fl.res[k]]--
 	}
+}
+
+// localRounds bounds how often a local re-solve widens its set before it
+// gives the component to the full solve.
+const localRounds = 8
+
+// solveLocal re-solves the flows on the changed resources (the set S),
+// holding every other flow at its rate, and accepts the result when the
+// max-min conditions hold on every resource S touches; otherwise it adds
+// the flows of the resources where they fail to S and tries again. It
+// reports false, changing nothing, when S grows past half the active flows
+// or the rounds run out: the caller then fills the whole component.
+//
+// The conditions: a feasible allocation is max-min fair if and only if
+// every flow has a bottleneck, a saturated resource on which no flow is
+// faster. The flows outside S keep their rates and bottlenecks, so only a
+// resource r that S touches can break them:
+//   - if flows outside S are bottlenecked at r, r must saturate at their
+//     rate (its level must not change);
+//   - if a flow of S is bottlenecked at r at a level below r's old one, no
+//     flow outside S on r may be faster.
+//
+// Levels are compared with a relative tolerance of 1e-9.
+func (f *fluid) solveLocal() bool {
+	e := f.stamp()
+	S, R := f.compFlow[:0], f.compRes[:0]
+	addRes := func(r int32) {
+		if f.resMark[r] != e {
+			f.resMark[r] = e
+			R = append(R, r)
+		}
+	}
+	addFlow := func(id int32) {
+		if f.flowMark[id] == e {
+			return
+		}
+		f.flowMark[id] = e
+		S = append(S, id)
+		fl := &f.flows[id]
+		for k := range int(fl.n) {
+			addRes(fl.res[k])
+		}
+	}
+	for _, r := range f.dirty {
+		addRes(r)
+		for _, id := range f.users[r] {
+			addFlow(id)
+		}
+	}
+	limit := f.nactive / 2
+	for round := 0; ; round++ {
+		if len(S) > limit || round == localRounds {
+			f.compFlow, f.compRes = S, R
+			return false
+		}
+		f.fillLocal(S, R)
+		bad := false
+		for _, r := range R[:len(R):len(R)] {
+			if f.violated(r, e) {
+				bad = true
+				for _, id := range f.users[r] {
+					addFlow(id)
+				}
+			}
+		}
+		if !bad {
+			break
+		}
+	}
+	for _, id := range S {
+		fl := &f.flows[id]
+		nr := f.nrate[id]
+		if nr != fl.rate {
+			f.changed = append(f.changed, change{id, fl.rate})
+			for k := range int(fl.n) {
+				f.load[fl.res[k]] += fl.coef[k] * (nr - fl.rate)
+			}
+		}
+		if fl.bott >= 0 {
+			f.nb[fl.bott]--
+		}
+		if b := f.nbott[id]; b >= 0 {
+			f.nb[b]++
+		}
+		fl.rate, fl.bott = nr, f.nbott[id]
+	}
+	for _, r := range R {
+		f.level[r] = f.lv[r]
+	}
+	f.compFlow, f.compRes = S, R
+	f.dirty = f.dirty[:0]
+	return true
+}
+
+// fillLocal runs progressive filling over the flows S on the resources R,
+// each resource's capacity reduced by the load of the flows outside S. It
+// writes the new rates and bottlenecks to nrate and nbott, each resource's
+// saturation level to lv, the number of S flows its old solution
+// bottlenecked there to sb, and whether an S flow froze there to frozAt.
+func (f *fluid) fillLocal(S, R []int32) {
+	for _, r := range R {
+		f.left[r] = f.capacity[r] - f.load[r]
+		f.weight[r], f.count[r], f.sb[r] = 0, 0, 0
+		f.lv[r], f.frozAt[r] = math.Inf(1), false
+	}
+	f.capped = f.capped[:0]
+	for _, id := range S {
+		fl := &f.flows[id]
+		f.nfrz[id], f.nbott[id], f.nrate[id] = false, -1, 0
+		if fl.limit > 0 {
+			f.capped = append(f.capped, id)
+		}
+		if fl.bott >= 0 {
+			f.sb[fl.bott]++
+		}
+		for k := range int(fl.n) {
+			r := fl.res[k]
+			f.left[r] += fl.coef[k] * fl.rate
+			f.weight[r] += fl.coef[k]
+			f.count[r]++
+		}
+	}
+	for _, r := range R {
+		f.left[r] = max(f.left[r], 0)
+	}
+	e := f.epoch
+	freeze := func(id int32, level float64, at int32) {
+		f.nfrz[id], f.nrate[id], f.nbott[id] = true, level, at
+		fl := &f.flows[id]
+		for k := range int(fl.n) {
+			f.weight[fl.res[k]] -= fl.coef[k]
+			f.count[fl.res[k]]--
+		}
+	}
+	active := append(f.actv[:0], R...)
+	unfrozen := len(S)
+	level := 0.0
+	for unfrozen > 0 {
+		next := math.Inf(1)
+		keep := active[:0]
+		for _, r := range active {
+			if f.count[r] == 0 {
+				continue
+			}
+			keep = append(keep, r)
+			if l := level + f.left[r]/f.weight[r]; l < next {
+				next = l
+			}
+		}
+		active = keep
+		for _, id := range f.capped {
+			if fl := &f.flows[id]; !f.nfrz[id] && fl.limit < next {
+				next = fl.limit
+			}
+		}
+		if math.IsInf(next, 1) {
+			break
+		}
+		inc := next - level
+		for _, r := range active {
+			f.left[r] -= inc * f.weight[r]
+		}
+		level = next
+		for _, id := range f.capped {
+			if fl := &f.flows[id]; !f.nfrz[id] && fl.limit <= level*(1+1e-12) {
+				freeze(id, level, -1)
+				unfrozen--
+			}
+		}
+		for _, r := range active {
+			if f.count[r] == 0 || f.left[r] > 1e-12*f.capacity[r] {
+				continue
+			}
+			f.lv[r] = level
+			for _, id := range f.users[r] {
+				if f.flowMark[id] == e && !f.nfrz[id] {
+					freeze(id, level, r)
+					f.frozAt[r] = true
+					unfrozen--
+				}
+			}
+			f.weight[r] = 0
+			f.left[r] = 0
+		}
+	}
+	f.actv = active
+}
+
+// violated reports whether the local solution breaks the max-min
+// conditions at resource r (see solveLocal); e marks the flows of S.
+func (f *fluid) violated(r int32, e uint32) bool {
+	if f.nb[r]-f.sb[r] > 0 {
+		return !sameLevel(f.lv[r], f.level[r])
+	}
+	if !f.frozAt[r] || f.lv[r] >= f.level[r] || sameLevel(f.lv[r], f.level[r]) {
+		return false
+	}
+	for _, id := range f.users[r] {
+		if f.flowMark[id] != e && f.flows[id].rate > f.lv[r]*(1+1e-9) {
+			return true
+		}
+	}
+	return false
+}
+
+// sameLevel compares two levels (+Inf for none) with a relative tolerance.
+func sameLevel(a, b float64) bool {
+	if math.IsInf(a, 1) || math.IsInf(b, 1) {
+		return a == b
+	}
+	return math.Abs(a-b) <= 1e-9*math.Max(math.Abs(a), math.Abs(b))
 }

@@ -228,3 +228,80 @@ func TestMaxMinRateCap(t *testing.T) {
 		t.Errorf("rates %v, %v; want 2, 8", f.flows[a].rate, f.flows[b].rate)
 	}
 }
+
+// The local re-solve (forced on from the first flow) gives the rates of
+// solving from scratch, as flows come and go on larger instances.
+func TestMaxMinLocal(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	cases := 300
+	if testing.Short() {
+		cases = 60
+	}
+	var local, full int
+	defer func() {
+		t.Logf("%d local solves, %d full", local, full)
+		if local < full {
+			t.Errorf("only %d of %d solves were local: the test does not exercise the local path", local, local+full)
+		}
+	}()
+	for i := range cases {
+		nr := 2 + rng.IntN(24)
+		capacity := make([]float64, nr)
+		for r := range capacity {
+			capacity[r] = float64(1 + rng.IntN(20))
+		}
+		f := newFluid(capacity)
+		f.localMin = 0
+		type spec struct {
+			res  []int32
+			coef []float64
+			cap  float64
+		}
+		live := map[int32]spec{}
+		var order []int32
+		for step := range 60 {
+			if len(order) > 0 && rng.IntN(3) == 0 {
+				k := rng.IntN(len(order))
+				id := order[k]
+				order = append(order[:k], order[k+1:]...)
+				f.remove(id)
+				delete(live, id)
+			} else {
+				k := 1 + rng.IntN(min(3, nr))
+				var sp spec
+				for _, r := range rng.Perm(nr)[:k] {
+					sp.res = append(sp.res, int32(r))
+					sp.coef = append(sp.coef, float64(1+rng.IntN(2)))
+				}
+				if rng.IntN(8) == 0 {
+					sp.cap = float64(1 + rng.IntN(5))
+				}
+				id := f.add(sp.res, sp.coef, sp.cap)
+				live[id] = sp
+				order = append(order, id)
+			}
+			f.solve()
+			// The reference has no caps: model a cap as a private resource.
+			caps := append([]float64(nil), capacity...)
+			var fs [][]int32
+			var cs [][]float64
+			for _, id := range order {
+				sp := live[id]
+				res, coef := append([]int32(nil), sp.res...), append([]float64(nil), sp.coef...)
+				if sp.cap > 0 {
+					res = append(res, int32(len(caps)))
+					coef = append(coef, 1)
+					caps = append(caps, sp.cap)
+				}
+				fs, cs = append(fs, res), append(cs, coef)
+			}
+			want := reference(caps, fs, cs)
+			for n, id := range order {
+				if !near(f.flows[id].rate, want[n]) {
+					t.Fatalf("case %d step %d: flow %d rate %v, from scratch %v", i, step, id, f.flows[id].rate, want[n])
+				}
+			}
+		}
+		local, full = local+f.local, full+f.full
+	}
+}

@@ -35,28 +35,15 @@ var portNames = [4]string{"network egress", "network ingress", "NVLink egress", 
 
 // Bound computes the SOL of moving tensors by a route over a topology.
 func Bound(route string, tensors []ir.Tensor, tp *topo.Topology) (SOL, error) {
-	load := map[int]*[4]float64{}
-	at := func(rank int) *[4]float64 {
-		l, ok := load[rank]
-		if !ok {
-			l = &[4]float64{}
-			load[rank] = l
-		}
-		return l
-	}
-	// move adds bytes sent from rank a to rank b.
-	move := func(a, b int, bytes float64) {
-		switch {
-		case a == b:
-		case tp.Domain(a) == tp.Domain(b):
-			at(a)[nvlOut] += bytes
-			at(b)[nvlIn] += bytes
-		default:
-			at(a)[netOut] += bytes
-			at(b)[netIn] += bytes
-		}
-	}
+	load, move := mover(tp) // move adds bytes sent from rank a to rank b
 	sol := SOL{Route: route}
+	var roots []int
+	agRoots := plan.RootOrder{}
+	var chain float64 // nemo-legacy: the longest single tensor's all-gather plus broadcast
+	var chainTerm string
+	if route == plan.NemoLegacy {
+		roots = plan.LegacyRoots(tensors)
+	}
 	for _, t := range tensors {
 		r, err := plan.Derive(t.Src, t.Dst)
 		if err != nil {
@@ -69,11 +56,28 @@ func Bound(route string, tensors []ir.Tensor, tp *topo.Topology) (SOL, error) {
 		case plan.Hierarchical:
 			boundHier(r, tp, move)
 		case plan.AGBcast:
-			boundAGBcast(r, tp, move)
+			boundAGBcast(r, tp, agRoots, move)
+		case plan.NemoLegacy:
+			boundLegacy(r, roots, tp, move, move)
+			if c, term := legacyChain(r, roots, tp); c > chain {
+				chain, chainTerm = c, fmt.Sprintf("all-gather then broadcast of %s (%s)", t.Name, term)
+			}
 		default:
 			return sol, fmt.Errorf("unknown route %q", route)
 		}
 	}
+	best, term := maxPort(load, tp)
+	sol.Term = term
+	if chain > best {
+		best, sol.Term = chain, chainTerm
+	}
+	sol.Time = units.Time(best*float64(units.Second) + 0.5)
+	return sol, nil
+}
+
+// maxPort returns the largest port time of the loads, in seconds, and
+// names the port.
+func maxPort(load map[int]*[4]float64, tp *topo.Topology) (float64, string) {
 	rate := [4]float64{
 		netOut: float64(tp.NICLine) * float64(tp.NICsPerGPU), netIn: float64(tp.NICLine) * float64(tp.NICsPerGPU),
 		nvlOut: float64(tp.NVLinkLine), nvlIn: float64(tp.NVLinkLine),
@@ -84,16 +88,41 @@ func Bound(route string, tensors []ir.Tensor, tp *topo.Topology) (SOL, error) {
 	}
 	sort.Ints(ranks)
 	var best float64
+	var term string
 	for _, rk := range ranks {
 		for p, b := range load[rk] {
 			if s := b / rate[p]; s > best {
 				best = s
-				sol.Term = fmt.Sprintf("%s of rank %d", portNames[p], rk)
+				term = fmt.Sprintf("%s of rank %d", portNames[p], rk)
 			}
 		}
 	}
-	sol.Time = units.Time(best*float64(units.Second) + 0.5)
-	return sol, nil
+	return best, term
+}
+
+// mover returns a load map and the function that adds bytes sent from rank
+// a to rank b to it.
+func mover(tp *topo.Topology) (map[int]*[4]float64, func(a, b int, bytes float64)) {
+	load := map[int]*[4]float64{}
+	at := func(rank int) *[4]float64 {
+		l, ok := load[rank]
+		if !ok {
+			l = &[4]float64{}
+			load[rank] = l
+		}
+		return l
+	}
+	return load, func(a, b int, bytes float64) {
+		switch {
+		case a == b:
+		case tp.Domain(a) == tp.Domain(b):
+			at(a)[nvlOut] += bytes
+			at(b)[nvlIn] += bytes
+		default:
+			at(a)[netOut] += bytes
+			at(b)[netIn] += bytes
+		}
+	}
 }
 
 // boundFlat: every destination rank gets every contribution from its
@@ -182,7 +211,7 @@ func boundHier(r *plan.Regions, tp *topo.Topology, move func(a, b int, bytes flo
 // boundAGBcast: the root (the source mesh's first rank) gathers every
 // source slot once, then the whole tensor passes along the ring of
 // destination ranks, the root's domain first.
-func boundAGBcast(r *plan.Regions, tp *topo.Topology, move func(a, b int, bytes float64)) {
+func boundAGBcast(r *plan.Regions, tp *topo.Topology, roots plan.RootOrder, move func(a, b int, bytes float64)) {
 	root := r.Src.Mesh.Ranks[0]
 	for _, sl := range r.SrcSlots {
 		b := float64(sl.Box.Elems() * r.Elem())
@@ -198,26 +227,71 @@ func boundAGBcast(r *plan.Regions, tp *topo.Topology, move func(a, b int, bytes 
 		move(s, root, b)
 	}
 	B := float64(r.Src.Bytes())
-	var ring []int
-	for _, d := range r.Dst.Mesh.Ranks {
-		if d != root {
-			ring = append(ring, d)
-		}
-	}
-	rd := tp.Domain(root)
-	sort.SliceStable(ring, func(i, j int) bool {
-		di, dj := tp.Domain(ring[i]), tp.Domain(ring[j])
-		if (di == rd) != (dj == rd) {
-			return di == rd
-		}
-		if di != dj {
-			return di < dj
-		}
-		return ring[i] < ring[j]
-	})
 	prev := root
-	for _, d := range ring {
+	for _, d := range plan.BroadcastRing(r.Dst.Mesh.Ranks, root, tp, roots.Of(root)) {
 		move(prev, d, B)
 		prev = d
 	}
+}
+
+// boundLegacy: the all-gather brings every source rank the blocks it lacks,
+// each from its predecessor on the ring of the source mesh (a block passes
+// from each of its holders to the ranks after it, up to the next holder);
+// then the whole tensor passes from the root along its broadcast ring
+// ([plan.LegacyRing]). ag and bc receive the two phases' bytes.
+func boundLegacy(r *plan.Regions, roots []int, tp *topo.Topology, ag, bc func(a, b int, bytes float64)) {
+	ring := r.Src.Mesh.Ranks
+	n := len(ring)
+	pos := make(map[int]int, n)
+	for i, rk := range ring {
+		pos[rk] = i
+	}
+	for _, sl := range r.SrcSlots {
+		b := float64(sl.Box.Elems() * r.Elem())
+		holders := make([]int, 0, len(sl.Ranks))
+		for _, rk := range sl.Ranks {
+			holders = append(holders, pos[rk])
+		}
+		sort.Ints(holders)
+		for h, p := range holders {
+			next := holders[(h+1)%len(holders)]
+			prev := p
+			for q := (p + 1) % n; q != next; q = (q + 1) % n {
+				ag(ring[prev], ring[q], b)
+				prev = q
+			}
+		}
+	}
+	root := ring[0]
+	B := float64(r.Src.Bytes())
+	prev := root
+	for _, d := range plan.LegacyRing(root, roots, r.Dst.Mesh.Ranks, tp) {
+		bc(prev, d, B)
+		prev = d
+	}
+}
+
+// legacyChain is the bound of one tensor of the nemo-legacy route alone:
+// its broadcast starts once the root has done its part of the all-gather
+// (received what it lacks, forwarded what it must), so the root's
+// all-gather port time and the broadcast's port time add. The route's SOL
+// is the larger of this (over tensors) and the aggregate port bound.
+func legacyChain(r *plan.Regions, roots []int, tp *topo.Topology) (float64, string) {
+	agLoad, ag := mover(tp)
+	bcLoad, bc := mover(tp)
+	boundLegacy(r, roots, tp, ag, bc)
+	root := r.Src.Mesh.Ranks[0]
+	rootLoad := map[int]*[4]float64{}
+	if l, ok := agLoad[root]; ok {
+		rootLoad[root] = l
+	}
+	a, at := maxPort(rootLoad, tp)
+	b, bt := maxPort(bcLoad, tp)
+	switch {
+	case a == 0:
+		return b, bt
+	case b == 0:
+		return a, at
+	}
+	return a + b, at + ", then " + bt
 }

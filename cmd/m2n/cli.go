@@ -48,6 +48,9 @@ func commands() []command {
 	return []command{
 		{"plan", "derive regions and schedules; print a summary, write the IR", runPlan},
 		{"sim", "simulate each route: modeled time beside the SOL bound", runSim},
+		{"run", "run each route on GPUs, verify every byte, time it", runRun},
+		{"topo", "list the GPUs, their NVLink links and domains", runTopo},
+		{"report", "simulate every point and route; write a Markdown report, CSV and charts", runReport},
 		{"verify", "check a schedule IR file, and run it on the host", runVerify},
 		{"version", "print the version", runVersion},
 	}
@@ -165,7 +168,7 @@ func loadScenario(arg string) (*scenario.Scenario, error) {
 		arg = scenarios.Default
 	}
 	data, err := os.ReadFile(arg)
-	origin := arg
+	origin, dir := arg, filepath.Dir(arg)
 	if err != nil {
 		b, ok := scenarios.Lookup(arg)
 		if !ok || strings.ContainsRune(arg, filepath.Separator) {
@@ -175,8 +178,32 @@ func loadScenario(arg string) (*scenario.Scenario, error) {
 			return nil, fmt.Errorf("scenario: %w", err)
 		}
 		data, origin = b, strings.TrimSuffix(arg, ".toml")+".toml"
+		dir = ""
 	}
-	return scenario.Parse(origin, data)
+	return scenario.ParseWith(origin, data, modelLoader(dir))
+}
+
+// modelLoader resolves a workload's model: a model built into m2n by name,
+// else a config.json path, relative to dir (the scenario file's directory;
+// "" for the working directory).
+func modelLoader(dir string) scenario.ModelLoader {
+	return func(name string) (string, []byte, error) {
+		if b, ok := scenarios.Model(name); ok {
+			return name + ".json", b, nil
+		}
+		path := name
+		if dir != "" && !filepath.IsAbs(path) {
+			path = filepath.Join(dir, path)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return "", nil, fmt.Errorf("no such config file %s, and no built-in model of that name (built in: %s)", path, strings.Join(scenarios.ModelNames(), ", "))
+			}
+			return "", nil, err
+		}
+		return path, b, nil
+	}
 }
 
 func oneScenarioArg(pos []string) (string, error) {

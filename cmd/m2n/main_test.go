@@ -50,6 +50,14 @@ func TestGolden(t *testing.T) {
 		{"sim-uneven-json", []string{"sim", "--json", "testdata/scenarios/uneven.toml"}},
 		{"sim-trace-needs-one", []string{"sim", "--trace", "t.json", "paper-ffn-moe"}},
 		{"sim-ir-needs-topology", []string{"sim", "--ir", "x.json"}},
+		{"sim-workload-tiny", []string{"sim", "testdata/scenarios/workload-tiny.toml"}},
+		{"plan-workload-check", []string{"plan", "--check", "--route", "nemo-legacy,hierarchical", "testdata/scenarios/workload-tiny.toml"}},
+		{"workload-bad-ep", []string{"plan", "testdata/scenarios/workload-bad-ep.toml"}},
+		{"report-help", []string{"report", "--help"}},
+		{"report-needs-out", []string{"report", "paper-ffn-moe"}},
+		{"report-sweep-bad-key", []string{"report", "testdata/scenarios/sweep-bad-key.toml", "-o", "testdata/never-written"}},
+		{"report-sweep-bad-type", []string{"report", "testdata/scenarios/sweep-bad-type.toml", "-o", "testdata/never-written"}},
+		{"report-out-not-a-folder", []string{"report", "--route", "flat", "--point", "rho=2", "paper-ffn-moe", "-o", "testdata/scenarios/uneven.toml/out"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			stdout, stderr, code := run(t, tc.args...)

@@ -34,8 +34,10 @@ type simRecord struct {
 	Flows       int            `json:"flows"`
 	Events      int64          `json:"events"`
 	Resources   []resourceJSON `json:"resources"`
-	label       string         `json:"-"`
-	classes     []sim.ResourceStat
+	// TensorClasses sums a workload's tensors by class; absent without one.
+	TensorClasses []classJSON `json:"tensor_classes,omitempty"`
+	label         string      `json:"-"`
+	classes       []sim.ResourceStat
 }
 
 type bottleneckJSON struct {
@@ -197,6 +199,7 @@ func (j simJob) run(sel *selection, opt sim.Options) (simRecord, *ir.Schedule, *
 		}
 		tp = j.point.Topology
 		rec.Point, rec.label = j.point.Map(), j.point.Label()
+		rec.TensorClasses = tensorClasses(j.point)
 	} else {
 		rec.Point, rec.label = map[string]any{}, "-"
 	}
@@ -250,6 +253,9 @@ func printSim(e *env, out simOutput, ideal bool) error {
 			r.Bottleneck.Resource, 100*r.Bottleneck.Utilization, meas, errs)
 	}
 	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if err := printClasses(e, out); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "\nresources by class (bytes carried; the busiest port's busy time and utilization)\n")

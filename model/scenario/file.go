@@ -21,6 +21,7 @@ type File struct {
 	Topology   TopologySpec         `toml:"topology"`
 	Meshes     map[string]*MeshSpec `toml:"meshes"`
 	Tensors    []TensorSpec         `toml:"tensors"`
+	Workload   *WorkloadSpec        `toml:"workload"`
 	Sweeps     []SweepSpec          `toml:"sweep"`
 	References []ReferenceSpec      `toml:"reference"`
 }
@@ -77,6 +78,42 @@ type LayoutSpec struct {
 	Ranks      RankList `toml:"ranks"`
 	FirstRank  *int     `toml:"first_rank"`
 	Placements []string `toml:"placements"`
+}
+
+// WorkloadSpec is a whole-model refit: a model, its dtype, the trainer's and
+// the generator's parallel layouts, and the bucket size for replicated
+// tensors. docs/scenario.md and docs/workloads.md describe every field.
+type WorkloadSpec struct {
+	Model     string         `toml:"model"`  // a built-in model name or a config.json path, resolved by the caller's loader
+	DType     string         `toml:"dtype"`  // every weight's dtype
+	Bucket    *units.Bytes   `toml:"bucket"` // replicated tensors are packed into buckets of this size; "0 B" turns it off
+	Trainer   *TrainerSpec   `toml:"trainer"`
+	Generator *GeneratorSpec `toml:"generator"`
+}
+
+// TrainerSpec is a Megatron-LM trainer's layout. Unset sizes are 1, except
+// etp (Megatron's default: tp) and dp (from the rank count).
+type TrainerSpec struct {
+	Framework string   `toml:"framework"` // "megatron"
+	TP        *int     `toml:"tp"`
+	PP        *int     `toml:"pp"`
+	EP        *int     `toml:"ep"`
+	ETP       *int     `toml:"etp"`
+	CP        *int     `toml:"cp"`
+	DP        *int     `toml:"dp"`
+	Stages    []int    `toml:"stages"` // decoder layers per pipeline stage
+	Ranks     RankList `toml:"ranks"`
+	FirstRank *int     `toml:"first_rank"`
+}
+
+// GeneratorSpec is a vLLM generator's layout.
+type GeneratorSpec struct {
+	Framework string   `toml:"framework"` // "vllm"
+	TP        *int     `toml:"tp"`
+	DP        *int     `toml:"dp"`
+	EP        *int     `toml:"ep"` // 1, or tp x dp for vLLM's expert parallelism
+	Ranks     RankList `toml:"ranks"`
+	FirstRank *int     `toml:"first_rank"`
 }
 
 // SweepSpec varies scenario keys over a list of points. With Key set, Values

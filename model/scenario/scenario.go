@@ -21,6 +21,7 @@ import (
 	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/model/units"
+	"github.com/m2n-project/m2n/model/workload"
 )
 
 // Scenario is a parsed, validated scenario document.
@@ -32,6 +33,7 @@ type Scenario struct {
 
 	source string // the document, decoded afresh for each sweep point
 	origin string // file name, for messages
+	models models // the workload's model configs
 }
 
 // Sweep is one swept axis.
@@ -71,6 +73,11 @@ type Point struct {
 type Tensor struct {
 	Name     string
 	Src, Dst layout.Layout
+	// Class groups a workload's tensors for byte breakdowns ("experts",
+	// "attention", ...; "bucket" for a bucket of replicated weights, whose
+	// Members say what it holds); empty for a [[tensors]] entry.
+	Class   string
+	Members []workload.Member
 }
 
 // Label writes the point as "rho=2, nic=50 GB/s", or "-" without sweeps.
@@ -112,8 +119,15 @@ func FormatValue(v any) string {
 }
 
 // Parse reads a scenario document. origin names it in errors (a file name).
+// A scenario with a [workload] needs [ParseWith] and a loader for its model.
 func Parse(origin string, data []byte) (*Scenario, error) {
-	s := &Scenario{source: string(data), origin: origin}
+	return ParseWith(origin, data, nil)
+}
+
+// ParseWith reads a scenario document, loading the config.json of a
+// [workload]'s model through load.
+func ParseWith(origin string, data []byte, load ModelLoader) (*Scenario, error) {
+	s := &Scenario{source: string(data), origin: origin, models: models{load: load}}
 	f, md, err := s.decode()
 	if err != nil {
 		return nil, err
@@ -375,8 +389,8 @@ func (s *Scenario) resolve(f *File, p *Point) error {
 		}
 		meshes[name] = m
 	}
-	if len(f.Tensors) == 0 {
-		return errors.New("tensors: none given; add a [[tensors]] table")
+	if len(f.Tensors) == 0 && f.Workload == nil {
+		return errors.New("tensors: none given; add a [[tensors]] table or a [workload]")
 	}
 	var ranks []int
 	for i, ts := range f.Tensors {
@@ -409,6 +423,14 @@ func (s *Scenario) resolve(f *File, p *Point) error {
 		ranks = append(ranks, t.Src.Mesh.Ranks...)
 		ranks = append(ranks, t.Dst.Mesh.Ranks...)
 		p.Tensors = append(p.Tensors, t)
+	}
+	if f.Workload != nil {
+		ts, wranks, err := s.workload(f.Workload)
+		if err != nil {
+			return fmt.Errorf("workload.%w", err)
+		}
+		p.Tensors = append(p.Tensors, ts...)
+		ranks = append(ranks, wranks...)
 	}
 	tp, err := topologyFrom(f.Topology, ranks)
 	if err != nil {

@@ -59,7 +59,7 @@ func TestShippedScenariosParse(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := Parse(filepath.Base(f), data); err != nil {
+		if _, err := ParseWith(filepath.Base(f), data, builtinModels); err != nil {
 			t.Errorf("%s: %v", f, err)
 		}
 	}

@@ -19,8 +19,24 @@ func (v *validator) segBytes(g seg) int64 { return g.box.Elems() * v.s.Elem(g.te
 // dataflow checks, op by op in ID order, where every byte comes from.
 func (v *validator) dataflow() error {
 	s := v.s
-	// Collect every write as byte spans of its buffer.
+	// Collect every write as byte spans of its buffer: count them first, so
+	// each buffer's list is carved from one allocation.
+	count := make([]int, len(s.Buffers)+1)
+	for i := range int32(len(s.Ops)) {
+		op := &s.Ops[i]
+		if op.Kind == Send {
+			continue
+		}
+		v.runs(&s.Buffers[op.Dst.Buf], op.Dst, func(lo, hi int64) { count[op.Dst.Buf+1]++ })
+	}
+	for b := range s.Buffers {
+		count[b+1] += count[b]
+	}
+	all := make([]span, count[len(s.Buffers)])
 	writes := make([][]span, len(s.Buffers))
+	for b := range writes {
+		writes[b] = all[count[b]:count[b]:count[b+1]]
+	}
 	for i := range int32(len(s.Ops)) {
 		op := &s.Ops[i]
 		if op.Kind == Send {
@@ -295,7 +311,8 @@ func (v *validator) writersBefore(op int32, buf int, lo, hi int64) error {
 
 // before reports whether op w completes before op x starts: w is reachable
 // backwards from x through dependencies, where a send and its recv complete
-// together.
+// together. The search skips ops that come before w in topological order:
+// w cannot be among their ancestors.
 func (v *validator) before(w, x int32) bool {
 	s := v.s
 	if w == s.Ops[x].Match {
@@ -308,10 +325,19 @@ func (v *validator) before(w, x int32) bool {
 	}
 	v.epoch++
 	stack := v.stack[:0]
+	rank := func(o int32) int32 {
+		if v.order != nil {
+			return v.order[v.node[o]]
+		}
+		return v.node[o]
+	}
+	floor := rank(w)
 	push := func(o int32) {
 		if v.stamp[o] != v.epoch {
 			v.stamp[o] = v.epoch
-			stack = append(stack, o)
+			if rank(o) >= floor {
+				stack = append(stack, o)
+			}
 		}
 	}
 	for _, d := range s.Deps(x) {

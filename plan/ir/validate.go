@@ -1,9 +1,10 @@
 package ir
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
 
 	"github.com/m2n-project/m2n/model/layout"
 )
@@ -44,9 +45,14 @@ type validator struct {
 	content map[int32][]seg // per op writing unplaced staging, what it wrote
 	stamp   []int32         // per op, the epoch it was last visited in before()
 	epoch   int32
-	stack   []int32
-	boxes   layout.BoxArena
-	one     [1]seg // scratch for single-segment reads
+	// node maps an op to its node in the graph with each send/recv pair
+	// merged (the pair's smaller ID); order ranks the nodes topologically
+	// (nil when ID order is topological already, as m2n's builders emit).
+	node  []int32
+	order []int32
+	stack []int32
+	boxes layout.BoxArena
+	one   [1]seg // scratch for single-segment reads
 }
 
 func (v *validator) opErr(i int32, format string, args ...any) error {
@@ -339,6 +345,18 @@ func (v *validator) acyclic() error {
 			fill[a]++
 		}
 	}
+	v.node = node
+	// When every dependency's node precedes its op's node, node IDs are a
+	// topological order; otherwise record the order Kahn's algorithm finds.
+	idOrder := true
+	for i := range n {
+		for _, d := range s.Deps(i) {
+			idOrder = idOrder && node[d] < node[i]
+		}
+	}
+	if !idOrder {
+		v.order = make([]int32, n)
+	}
 	var queue []int32
 	nodes := 0
 	for i := range n {
@@ -353,6 +371,9 @@ func (v *validator) acyclic() error {
 	for len(queue) > 0 {
 		a := queue[len(queue)-1]
 		queue = queue[:len(queue)-1]
+		if v.order != nil {
+			v.order[a] = int32(done)
+		}
 		done++
 		for _, b := range succ[start[a]:start[a+1]] {
 			if indeg[b]--; indeg[b] == 0 {
@@ -399,5 +420,5 @@ type span struct {
 }
 
 func sortSpans(sp []span) {
-	sort.Slice(sp, func(i, j int) bool { return sp[i].lo < sp[j].lo })
+	slices.SortFunc(sp, func(a, b span) int { return cmp.Compare(a.lo, b.lo) })
 }

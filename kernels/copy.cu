@@ -1,0 +1,253 @@
+// m2n's kernels, compiled at run time by NVRTC (see kernels.go).
+// No headers: NVRTC runs without the CUDA toolkit's include files.
+
+#define M2N_MAXD 8
+
+typedef unsigned long long u64;
+typedef long long i64;
+
+// BoxArgs describes copying a box between two row-major arrays as runs:
+// `runs` contiguous runs of `run_bytes` each, their start offsets spanned by
+// `nouter` outer dims of sizes `size` with byte strides `src_stride` and
+// `dst_stride` on each side. Work is split in segments of `seg_bytes`.
+struct BoxArgs {
+    u64 src;          // address of the box's first byte in the source
+    u64 dst;          // address of the box's first byte in the destination
+    i64 runs;
+    i64 run_bytes;
+    i64 seg_bytes;
+    i64 segs_per_run;
+    int nouter;
+    int pad;
+    i64 size[M2N_MAXD];
+    i64 src_stride[M2N_MAXD];
+    i64 dst_stride[M2N_MAXD];
+};
+
+struct v16 { u64 a, b; };
+
+__device__ __forceinline__ void run_offsets(const BoxArgs& a, i64 run, i64* so, i64* dof) {
+    i64 s = 0, d = 0, r = run;
+    for (int k = a.nouter - 1; k >= 0; --k) {
+        i64 i = r % a.size[k];
+        r /= a.size[k];
+        s += i * a.src_stride[k];
+        d += i * a.dst_stride[k];
+    }
+    *so = s;
+    *dof = d;
+}
+
+// copy_tail copies the bytes of [lo, hi) past the last whole vector.
+__device__ __forceinline__ void copy_tail(const unsigned char* s, unsigned char* t, i64 lo, i64 hi, i64 k, i64 step) {
+    for (i64 i = lo + k; i < hi; i += step) t[i] = s[i];
+}
+
+// Long runs: each block copies one segment of one run at a time.
+template <typename V>
+__device__ void box_copy_long(const BoxArgs& a) {
+    i64 units = a.runs * a.segs_per_run;
+    for (i64 u = blockIdx.x; u < units; u += gridDim.x) {
+        i64 run = u / a.segs_per_run;
+        i64 seg = u - run * a.segs_per_run;
+        i64 so, dof;
+        run_offsets(a, run, &so, &dof);
+        i64 lo = seg * a.seg_bytes;
+        i64 hi = lo + a.seg_bytes;
+        if (hi > a.run_bytes) hi = a.run_bytes;
+        const V* s = (const V*)(a.src + so + lo);
+        V* t = (V*)(a.dst + dof + lo);
+        i64 n = (hi - lo) / (i64)sizeof(V);
+        i64 k = threadIdx.x;
+        // Four independent loads in flight per thread.
+        for (; k + 3 * (i64)blockDim.x < n; k += 4 * (i64)blockDim.x) {
+            V x0 = s[k], x1 = s[k + blockDim.x], x2 = s[k + 2 * blockDim.x], x3 = s[k + 3 * blockDim.x];
+            t[k] = x0;
+            t[k + blockDim.x] = x1;
+            t[k + 2 * blockDim.x] = x2;
+            t[k + 3 * blockDim.x] = x3;
+        }
+        for (; k < n; k += blockDim.x) t[k] = s[k];
+        copy_tail((const unsigned char*)(a.src + so), (unsigned char*)(a.dst + dof), lo + n * (i64)sizeof(V), hi, threadIdx.x, blockDim.x);
+    }
+}
+
+// Short runs: every thread copies vectors of the flattened (run, vector)
+// space, four at a time so that four loads are in flight; the bytes past a
+// run's last whole vector follow, one byte per thread.
+template <typename V>
+__device__ void box_copy_short(const BoxArgs& a) {
+    i64 n = a.run_bytes / (i64)sizeof(V);
+    i64 total = a.runs * n;
+    i64 step = (i64)gridDim.x * blockDim.x;
+    i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    for (i64 base = t; base < total; base += 4 * step) {
+        V x[4];
+        V* dst[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            i64 i = base + u * step;
+            dst[u] = 0;
+            if (i < total) {
+                i64 run = i / n, k = i - run * n;
+                i64 so, dof;
+                run_offsets(a, run, &so, &dof);
+                x[u] = ((const V*)(a.src + so))[k];
+                dst[u] = (V*)(a.dst + dof) + k;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+            if (dst[u]) *dst[u] = x[u];
+    }
+    i64 tail = a.run_bytes - n * (i64)sizeof(V);
+    if (tail == 0) return;
+    for (i64 i = t; i < a.runs * tail; i += step) {
+        i64 run = i / tail, b = n * (i64)sizeof(V) + (i - run * tail);
+        i64 so, dof;
+        run_offsets(a, run, &so, &dof);
+        ((unsigned char*)(a.dst + dof))[b] = ((const unsigned char*)(a.src + so))[b];
+    }
+}
+
+// Misaligned rows (run starts not 16-byte aligned on both sides): a warp
+// copies each run in pieces of 4 KiB through shared memory: aligned 16-byte
+// loads of the source bytes, then aligned 16-byte stores of the destination,
+// each assembled from the staged bytes with funnel shifts.
+#define M2N_PIECE 4096
+extern "C" __global__ void box_copy_stage(BoxArgs a) {
+    __shared__ __align__(16) unsigned char buf[8][M2N_PIECE + 48];
+    int lane = threadIdx.x & 31;
+    unsigned char* sm = buf[(threadIdx.x >> 5) & 7];
+    i64 gw = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    i64 nw = ((i64)gridDim.x * blockDim.x) >> 5;
+    i64 pieces = (a.run_bytes + M2N_PIECE - 1) / M2N_PIECE;
+    for (i64 u = gw; u < a.runs * pieces; u += nw) {
+        i64 run = u / pieces, pc = u - run * pieces;
+        i64 so, dof;
+        run_offsets(a, run, &so, &dof);
+        i64 lo = pc * M2N_PIECE;
+        i64 len = a.run_bytes - lo;
+        if (len > M2N_PIECE) len = M2N_PIECE;
+        u64 s0 = a.src + so + lo, d0 = a.dst + dof + lo;
+        u64 sa = s0 & ~15ULL;
+        int off = (int)(s0 - sa);
+        int nv = (int)((off + len + 15) >> 4);
+        for (int k = lane; k < nv; k += 32) ((v16*)sm)[k] = ((const v16*)sa)[k];
+        __syncwarp();
+        u64 da = (d0 + 15) & ~15ULL;
+        i64 head = (i64)(da - d0);
+        if (head > len) head = len;
+        for (i64 b = lane; b < head; b += 32) ((unsigned char*)d0)[b] = sm[off + b];
+        i64 body = (len - head) >> 4;
+        for (i64 k = lane; k < body; k += 32) {
+            int o = off + (int)head + (int)(k << 4);
+            const unsigned int* w = (const unsigned int*)(sm + (o & ~3));
+            int sh = (o & 3) * 8;
+            unsigned int r0 = __funnelshift_r(w[0], w[1], sh);
+            unsigned int r1 = __funnelshift_r(w[1], w[2], sh);
+            unsigned int r2 = __funnelshift_r(w[2], w[3], sh);
+            unsigned int r3 = __funnelshift_r(w[3], w[4], sh);
+            v16 v;
+            v.a = (u64)r0 | ((u64)r1 << 32);
+            v.b = (u64)r2 | ((u64)r3 << 32);
+            ((v16*)da)[k] = v;
+        }
+        for (i64 b = head + (body << 4) + lane; b < len; b += 32) ((unsigned char*)d0)[b] = sm[off + b];
+        __syncwarp();
+    }
+}
+
+extern "C" __global__ void box_copy_long_16(BoxArgs a) { box_copy_long<v16>(a); }
+extern "C" __global__ void box_copy_long_8(BoxArgs a) { box_copy_long<u64>(a); }
+extern "C" __global__ void box_copy_long_4(BoxArgs a) { box_copy_long<unsigned int>(a); }
+extern "C" __global__ void box_copy_long_2(BoxArgs a) { box_copy_long<unsigned short>(a); }
+extern "C" __global__ void box_copy_long_1(BoxArgs a) { box_copy_long<unsigned char>(a); }
+extern "C" __global__ void box_copy_short_16(BoxArgs a) { box_copy_short<v16>(a); }
+extern "C" __global__ void box_copy_short_8(BoxArgs a) { box_copy_short<u64>(a); }
+extern "C" __global__ void box_copy_short_4(BoxArgs a) { box_copy_short<unsigned int>(a); }
+extern "C" __global__ void box_copy_short_2(BoxArgs a) { box_copy_short<unsigned short>(a); }
+extern "C" __global__ void box_copy_short_1(BoxArgs a) { box_copy_short<unsigned char>(a); }
+
+// PatternArgs describes a buffer holding a box of a tensor in row-major
+// order: element i of the buffer is the global element whose multi-index is
+// start + (the multi-index of i in the box).
+struct PatternArgs {
+    u64 buf;
+    i64 elems;        // elements in the box
+    int nd;
+    int elem;         // element size in bytes: 1, 2, 4 or 8
+    int tensor;       // tensor index, mixed into the pattern
+    int invert;       // write the complement
+    i64 size[M2N_MAXD];
+    i64 start[M2N_MAXD];
+    i64 gstride[M2N_MAXD]; // elements per index step of each dim in the global tensor
+};
+
+// pattern is splitmix64 of the tensor and the element's global index; the
+// host executor's hostexec.Pattern is the same function.
+__device__ __forceinline__ u64 pattern(int t, u64 g) {
+    u64 z = (u64)t * 0x9E3779B97F4A7C15ULL + g + 0x632BE59BD9B4E019ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+__device__ __forceinline__ u64 global_index(const PatternArgs& a, i64 i) {
+    i64 r = i;
+    u64 g = 0;
+    for (int d = a.nd - 1; d >= 0; --d) {
+        i64 x = r % a.size[d];
+        r /= a.size[d];
+        g += (u64)(a.start[d] + x) * (u64)a.gstride[d];
+    }
+    return g;
+}
+
+__device__ __forceinline__ u64 load(const unsigned char* p, int elem) {
+    switch (elem) {
+    case 1: return *p;
+    case 2: return *(const unsigned short*)p;
+    case 4: return *(const unsigned int*)p;
+    default: return *(const u64*)p;
+    }
+}
+
+__device__ __forceinline__ u64 mask(int elem) {
+    return elem >= 8 ? ~0ULL : ((1ULL << (8 * elem)) - 1);
+}
+
+extern "C" __global__ void fill(PatternArgs a) {
+    i64 step = (i64)gridDim.x * blockDim.x;
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < a.elems; i += step) {
+        u64 v = pattern(a.tensor, global_index(a, i));
+        if (a.invert) v = ~v;
+        unsigned char* p = (unsigned char*)a.buf + i * a.elem;
+        switch (a.elem) {
+        case 1: *p = (unsigned char)v; break;
+        case 2: *(unsigned short*)p = (unsigned short)v; break;
+        case 4: *(unsigned int*)p = (unsigned int)v; break;
+        default: *(u64*)p = v; break;
+        }
+    }
+}
+
+// verify counts the elements of a buffer that differ from the pattern in
+// bad[0] and keeps the smallest such element index in bad[1].
+extern "C" __global__ void verify(PatternArgs a, u64* bad) {
+    i64 step = (i64)gridDim.x * blockDim.x;
+    u64 m = mask(a.elem);
+    u64 count = 0, first = ~0ULL;
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < a.elems; i += step) {
+        u64 want = pattern(a.tensor, global_index(a, i)) & m;
+        u64 got = load((const unsigned char*)a.buf + i * a.elem, a.elem);
+        if (got != want) {
+            count++;
+            if ((u64)i < first) first = (u64)i;
+        }
+    }
+    if (count) {
+        atomicAdd(&bad[0], count);
+        atomicMin(&bad[1], first);
+    }
+}

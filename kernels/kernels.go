@@ -1,0 +1,33 @@
+// Package kernels holds the CUDA C++ sources m2n compiles at run time with
+// NVRTC for the device's architecture, embedded in the binary:
+//
+//   - box_copy_{long,short}_{16,8,4,2,1}: copy an N-D box between two
+//     row-major arrays (pack, unpack, and box-to-box copies), with 16-, 8-,
+//     4-, 2- or 1-byte accesses as alignment allows; "long" for runs of at
+//     least 4 KiB (work split in segments across blocks), "short" for
+//     shorter runs (every thread four vectors in flight).
+//   - box_copy_stage: the same for rows that are not 16-byte aligned, a
+//     warp per 4 KiB piece through shared memory, aligned 16-byte accesses
+//     on both sides.
+//   - fill: write each element's pattern (a splitmix64 hash of its global
+//     index and tensor; the host executor's hostexec.Pattern), or its
+//     complement.
+//   - verify: count the elements that differ from the pattern and find the
+//     first.
+//
+// Argument structs are laid out in copy.cu; package native mirrors them.
+package kernels
+
+import _ "embed"
+
+// Source is the CUDA C++ source of every kernel, one translation unit.
+//
+//go:embed copy.cu
+var Source string
+
+// Names of the kernels, as extern "C" symbols in Source.
+var Names = []string{
+	"box_copy_long_16", "box_copy_long_8", "box_copy_long_4", "box_copy_long_2", "box_copy_long_1",
+	"box_copy_short_16", "box_copy_short_8", "box_copy_short_4", "box_copy_short_2", "box_copy_short_1",
+	"box_copy_stage", "fill", "verify",
+}

@@ -1,0 +1,168 @@
+// Package workload turns a whole model into tensors to move: it reads a
+// Hugging Face style config.json, lists the model's parameters, and lays
+// each out as a Megatron-LM trainer and a vLLM generator store it — with
+// pipeline stages, expert parallelism, fused parameters as separate parts,
+// and small replicated tensors packed into buckets. docs/workloads.md gives
+// every rule and its source.
+//
+// The package is pure: it never reads files. Callers pass a config's bytes.
+package workload
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/m2n-project/m2n/model/layout"
+)
+
+// DefaultBucketBytes is the default bucket size for replicated tensors.
+const DefaultBucketBytes = 64 << 20
+
+// Spec is a refit: a model, its dtype, and both sides' layouts.
+type Spec struct {
+	Config    *Config
+	DType     layout.DType
+	Trainer   Megatron
+	Generator VLLM
+	// BucketBytes bounds the buckets that replicated tensors are packed
+	// into; 0 turns bucketing off.
+	BucketBytes int64
+}
+
+// Tensor is one tensor to move, with both layouts: a weight (or one part
+// of a fused weight), or a bucket of replicated weights.
+type Tensor struct {
+	Name     string
+	Class    string // a Class constant; ClassBucket for a bucket
+	Stage    int    // the trainer pipeline stage that holds it
+	Src, Dst layout.Layout
+	// Members lists a bucket's weights in the order they are concatenated
+	// (flattened, row-major); empty for a single weight.
+	Members []Member
+}
+
+// Member is one weight inside a bucket.
+type Member struct {
+	Name   string
+	Class  string
+	Offset int64 // first element in the bucket
+	Elems  int64
+}
+
+// Bytes is the tensor's size in bytes.
+func (t *Tensor) Bytes() int64 { return t.Src.Bytes() }
+
+// Check verifies that both layouts divide the model.
+func (s *Spec) Check() error {
+	if s.Config == nil {
+		return fmt.Errorf("model: missing")
+	}
+	if !s.DType.Valid() {
+		return fmt.Errorf("dtype: missing")
+	}
+	if s.BucketBytes < 0 {
+		return fmt.Errorf("bucket = %d bytes: must not be negative", s.BucketBytes)
+	}
+	if err := s.Trainer.Check(s.Config); err != nil {
+		return fmt.Errorf("trainer.%w", err)
+	}
+	if err := s.Generator.Check(s.Config); err != nil {
+		return fmt.Errorf("generator.%w", err)
+	}
+	return nil
+}
+
+// Tensors lays out every weight of the main model on both sides and packs
+// the replicated ones into buckets. The order is the checkpoint's, a bucket
+// standing where its first member was.
+func (s *Spec) Tensors() ([]Tensor, error) {
+	if err := s.Check(); err != nil {
+		return nil, err
+	}
+	c := s.Config
+	tr := s.Trainer.Resolved(c)
+	ws := c.Weights()
+	out := make([]Tensor, 0, len(ws))
+	for i := range ws {
+		w := &ws[i]
+		t := Tensor{Name: w.Name, Class: w.Class, Stage: tr.Stage(w.Layer),
+			Src: tr.Layout(w, s.DType), Dst: s.Generator.Layout(w, c, s.DType)}
+		for side, l := range []layout.Layout{t.Src, t.Dst} {
+			if err := l.Validate(); err != nil {
+				return nil, fmt.Errorf("%s (%s): %s layout: %w (a bug in m2n)", w.Name, w.Rule, [2]string{"trainer", "generator"}[side], err)
+			}
+		}
+		out = append(out, t)
+	}
+	if s.BucketBytes > 0 {
+		out = Bucket(out, s.BucketBytes)
+	}
+	return out, nil
+}
+
+// Bucket packs tensors that are replicated on every rank of both sides and
+// share both meshes into flat 1-D buckets of at most limit bytes, so one
+// transfer carries many norms and routers instead of one each (per-op
+// latency would otherwise dominate). A tensor of limit bytes or more moves
+// on its own. A bucket takes the place of its first member; the others
+// keep their order.
+func Bucket(ts []Tensor, limit int64) []Tensor {
+	type key struct {
+		dt       layout.DType
+		src, dst string
+	}
+	open := map[key]int{} // the bucket being filled, by index in out
+	count := map[int]int{}
+	var out []Tensor
+	for _, t := range ts {
+		if !replicated(t.Src) || !replicated(t.Dst) || t.Bytes() >= limit || len(t.Members) > 0 {
+			out = append(out, t)
+			continue
+		}
+		k := key{t.Src.DType, fmt.Sprint(t.Src.Mesh.Ranks), fmt.Sprint(t.Dst.Mesh.Ranks)}
+		i, ok := open[k]
+		if ok && out[i].Bytes()+t.Bytes() > limit {
+			ok = false
+		}
+		if !ok {
+			n := count[t.Stage]
+			count[t.Stage]++
+			b := Tensor{
+				Name: fmt.Sprintf("bucket.stage%d.%d", t.Stage, n), Class: ClassBucket, Stage: t.Stage,
+				Src: flat(t.Src, 0), Dst: flat(t.Dst, 0),
+			}
+			out = append(out, b)
+			i = len(out) - 1
+			open[k] = i
+		}
+		b := &out[i]
+		n := b.Src.Shape[0]
+		if len(b.Members) == 0 {
+			n = 0
+		}
+		e := t.Src.Elems()
+		b.Members = append(b.Members, Member{Name: t.Name, Class: t.Class, Offset: n, Elems: e})
+		b.Src, b.Dst = flat(b.Src, n+e), flat(b.Dst, n+e)
+	}
+	return out
+}
+
+// replicated reports whether every mesh axis replicates.
+func replicated(l layout.Layout) bool {
+	for _, p := range l.Placements {
+		if p.Shard {
+			return false
+		}
+	}
+	return true
+}
+
+// flat is a 1-D tensor of n elements replicated over l's ranks (a 1-D mesh
+// in l's rank order).
+func flat(l layout.Layout, n int64) layout.Layout {
+	return layout.Layout{
+		Shape: []int64{max(n, 1)}, DType: l.DType,
+		Mesh:       layout.Mesh{Shape: []int{len(l.Mesh.Ranks)}, Ranks: slices.Clone(l.Mesh.Ranks)},
+		Placements: []layout.Placement{layout.R},
+	}
+}

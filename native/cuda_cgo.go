@@ -1,0 +1,124 @@
+//go:build linux && cgo
+
+package native
+
+/*
+#cgo LDFLAGS: -ldl
+#include <stdlib.h>
+#include "m2n_cuda.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"unsafe"
+)
+
+// Library locations: each is tried in order after its environment variable.
+var (
+	cudaNames  = []string{"libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/local/nvidia/lib64/libcuda.so.1"}
+	nvrtcNames = []string{"libnvrtc.so.13", "/usr/local/cuda/lib64/libnvrtc.so.13", "libnvrtc.so.12", "/usr/local/cuda/lib64/libnvrtc.so.12"}
+	ncclNames  = []string{"libnccl.so.2", "/usr/lib/x86_64-linux-gnu/libnccl.so.2"}
+)
+
+// Environment variables that point m2n at a library's path.
+const (
+	EnvCUDA  = "M2N_CUDA_LIB"
+	EnvNVRTC = "M2N_NVRTC_LIB"
+	EnvNCCL  = "M2N_NCCL_LIB"
+)
+
+var (
+	loadMu                      sync.Mutex
+	cudaOK, nvrtcOK, ncclOK     bool
+	cudaErr, nvrtcErr, ncclErr_ error
+)
+
+// openLib dlopens the first loadable candidate and binds its symbols.
+func openLib(name, env string, names []string, bind func(h unsafe.Pointer, missing *C.char, n C.int) C.int) error {
+	runtime.LockOSThread() // dlerror is per thread
+	defer runtime.UnlockOSThread()
+	cands := names
+	if p := os.Getenv(env); p != "" {
+		cands = append([]string{p}, names...)
+	}
+	lerr := &LibraryError{Library: name, Env: env}
+	var buf [512]C.char
+	for _, c := range cands {
+		cs := C.CString(c)
+		h := C.m2n_open(cs, &buf[0], C.int(len(buf)))
+		C.free(unsafe.Pointer(cs))
+		if h == nil {
+			lerr.Tried = append(lerr.Tried, fmt.Sprintf("%s (%s)", c, C.GoString(&buf[0])))
+			continue
+		}
+		if bind(h, &buf[0], C.int(len(buf))) != 0 {
+			lerr.Tried = append(lerr.Tried, fmt.Sprintf("%s (has no symbol %s: too old?)", c, C.GoString(&buf[0])))
+			continue
+		}
+		return nil
+	}
+	return lerr
+}
+
+func loadCUDA() error {
+	loadMu.Lock()
+	defer loadMu.Unlock()
+	if !cudaOK && cudaErr == nil {
+		cudaErr = openLib("the CUDA driver", EnvCUDA, cudaNames, func(h unsafe.Pointer, m *C.char, n C.int) C.int { return C.m2n_bind_cuda(h, m, n) })
+		cudaOK = cudaErr == nil
+		if cudaOK {
+			if r := C.m2n_cuInit(); r != 0 {
+				cudaErr, cudaOK = cuErr("cuInit", r), false
+			}
+		}
+	}
+	return cudaErr
+}
+
+func loadNVRTC() error {
+	loadMu.Lock()
+	defer loadMu.Unlock()
+	if !nvrtcOK && nvrtcErr == nil {
+		nvrtcErr = openLib("NVRTC", EnvNVRTC, nvrtcNames, func(h unsafe.Pointer, m *C.char, n C.int) C.int { return C.m2n_bind_nvrtc(h, m, n) })
+		nvrtcOK = nvrtcErr == nil
+	}
+	return nvrtcErr
+}
+
+func loadNCCL() error {
+	loadMu.Lock()
+	defer loadMu.Unlock()
+	if !ncclOK && ncclErr_ == nil {
+		ncclErr_ = openLib("NCCL", EnvNCCL, ncclNames, func(h unsafe.Pointer, m *C.char, n C.int) C.int { return C.m2n_bind_nccl(h, m, n) })
+		ncclOK = ncclErr_ == nil
+		if ncclOK {
+			var v C.int
+			if r := C.m2n_ncclGetVersion(&v); r == 0 && v < 21903 {
+				ncclErr_, ncclOK = fmt.Errorf("NCCL %d is older than 2.19, which m2n needs", int(v)), false
+			}
+		}
+	}
+	return ncclErr_
+}
+
+func cuErr(call string, r C.CUresult) error {
+	if r == 0 {
+		return nil
+	}
+	return &CUDAError{Call: call, Code: int(r), Name: C.GoString(C.m2n_cuErrorName(r)), Msg: C.GoString(C.m2n_cuErrorString(r))}
+}
+
+func ncclErr(call string, r C.ncclResult_t, comm uintptr) error {
+	if r == 0 {
+		return nil
+	}
+	e := &NCCLError{Call: call, Code: int(r), Msg: C.GoString(C.m2n_ncclError(r))}
+	if comm != 0 {
+		e.Last = C.GoString(C.m2n_ncclLastError(C.uptr(comm)))
+	}
+	return e
+}

@@ -1,0 +1,788 @@
+//go:build linux && cgo
+
+package native
+
+/*
+#include <stdlib.h>
+#include "m2n_cuda.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/m2n-project/m2n/kernels"
+	"github.com/m2n-project/m2n/model/units"
+	"github.com/m2n-project/m2n/plan/ir"
+)
+
+// CUDA constants.
+const (
+	attrSMCount      = 16 // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+	attrCCMajor      = 75
+	attrCCMinor      = 76
+	errNotReady      = 600 // CUDA_ERROR_NOT_READY
+	ncclInProgress   = 7
+	eventDisableTime = 2 // CU_EVENT_DISABLE_TIMING
+)
+
+// cubins caches compiled kernels per architecture for the process.
+var (
+	cubinMu sync.Mutex
+	cubins  = map[string][]byte{}
+)
+
+// cudaGPU is the device layer over the CUDA driver, NVRTC and NCCL.
+type cudaGPU struct {
+	ctx     map[int]C.uptr
+	sms     map[int]int
+	names   map[int]string
+	archs   map[int]string
+	funcs   map[int]map[string]C.uptr
+	owner   map[handle]int  // stream or event -> device
+	isEvent map[handle]bool // which handles are events (the rest are streams)
+	counter map[int]uint64  // device -> 16 bytes for verify's counters
+	comms   []C.uptr
+	timeout time.Duration
+	graphs  []C.uptr
+}
+
+func cudaDevice(ord int) (C.int, error) {
+	var d C.int
+	if r := C.m2n_cuDeviceGet(&d, C.int(ord)); r != 0 {
+		return 0, cuErr("cuDeviceGet", r)
+	}
+	return d, nil
+}
+
+// DeviceInfo describes a GPU as CUDA sees it.
+type DeviceInfo struct {
+	Index    int
+	Name     string
+	Memory   int64 // bytes
+	PCIBusID string
+	Arch     string // sm_XX
+	SMs      int
+}
+
+// Devices lists the GPUs the CUDA driver sees.
+func Devices() ([]DeviceInfo, error) {
+	if err := loadCUDA(); err != nil {
+		return nil, err
+	}
+	var n C.int
+	if r := C.m2n_cuDeviceGetCount(&n); r != 0 {
+		return nil, cuErr("cuDeviceGetCount", r)
+	}
+	var out []DeviceInfo
+	for i := range int(n) {
+		d, err := cudaDevice(i)
+		if err != nil {
+			return nil, err
+		}
+		var buf [256]C.char
+		info := DeviceInfo{Index: i}
+		if r := C.m2n_cuDeviceGetName(&buf[0], C.int(len(buf)), d); r == 0 {
+			info.Name = C.GoString(&buf[0])
+		}
+		var mem C.size_t
+		if r := C.m2n_cuDeviceTotalMem(&mem, d); r == 0 {
+			info.Memory = int64(mem)
+		}
+		if r := C.m2n_cuDeviceGetPCIBusId(&buf[0], C.int(len(buf)), d); r == 0 {
+			info.PCIBusID = C.GoString(&buf[0])
+		}
+		var maj, min, sms C.int
+		C.m2n_cuDeviceGetAttribute(&maj, attrCCMajor, d)
+		C.m2n_cuDeviceGetAttribute(&min, attrCCMinor, d)
+		C.m2n_cuDeviceGetAttribute(&sms, attrSMCount, d)
+		info.Arch = fmt.Sprintf("sm_%d%d", maj, min)
+		info.SMs = int(sms)
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+func newCUDA(devs []int, timeout time.Duration) (*cudaGPU, error) {
+	if err := loadCUDA(); err != nil {
+		return nil, err
+	}
+	if err := loadNVRTC(); err != nil {
+		return nil, err
+	}
+	infos, err := Devices()
+	if err != nil {
+		return nil, err
+	}
+	if len(infos) == 0 {
+		return nil, ErrNoDevice
+	}
+	g := &cudaGPU{ctx: map[int]C.uptr{}, sms: map[int]int{}, names: map[int]string{}, archs: map[int]string{},
+		funcs: map[int]map[string]C.uptr{}, owner: map[handle]int{}, isEvent: map[handle]bool{}, counter: map[int]uint64{}, timeout: timeout}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	for _, dv := range devs {
+		if dv < 0 || dv >= len(infos) {
+			return nil, fmt.Errorf("GPU %d: the driver sees %d GPUs (0-%d)", dv, len(infos), len(infos)-1)
+		}
+		d, err := cudaDevice(dv)
+		if err != nil {
+			return nil, err
+		}
+		var ctx C.uptr
+		if r := C.m2n_cuDevicePrimaryCtxRetain(&ctx, d); r != 0 {
+			return nil, cuErr("cuDevicePrimaryCtxRetain", r)
+		}
+		g.ctx[dv] = ctx
+		g.sms[dv], g.names[dv], g.archs[dv] = infos[dv].SMs, infos[dv].Name, infos[dv].Arch
+		if err := g.loadKernels(dv); err != nil {
+			return nil, err
+		}
+		g.use(dv)
+		var p C.ull
+		if r := C.m2n_cuMemAlloc(&p, 16); r != 0 {
+			return nil, cuErr("cuMemAlloc", r)
+		}
+		g.counter[dv] = uint64(p)
+	}
+	return g, nil
+}
+
+// use makes a device's context current on this thread.
+func (g *cudaGPU) use(dev int) error {
+	if r := C.m2n_cuCtxSetCurrent(g.ctx[dev]); r != 0 {
+		return cuErr("cuCtxSetCurrent", r)
+	}
+	return nil
+}
+
+// on runs f with dev's context current, on a locked OS thread.
+func (g *cudaGPU) on(dev int, f func() error) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := g.use(dev); err != nil {
+		return err
+	}
+	return f()
+}
+
+// compileKernels builds the kernels for an architecture with NVRTC, once
+// per process.
+func compileKernels(arch string) ([]byte, error) {
+	cubinMu.Lock()
+	defer cubinMu.Unlock()
+	if b, ok := cubins[arch]; ok {
+		return b, nil
+	}
+	b, err := compileSource(kernels.Source, arch)
+	if err == nil {
+		cubins[arch] = b
+	}
+	return b, err
+}
+
+// compileSource compiles CUDA C++ to a cubin for arch (sm_XX).
+func compileSource(source, arch string) ([]byte, error) {
+	src := C.CString(source)
+	defer C.free(unsafe.Pointer(src))
+	opt := C.CString("--gpu-architecture=" + arch)
+	defer C.free(unsafe.Pointer(opt))
+	var prog C.uptr
+	r := C.m2n_nvrtcCompile(src, opt, &prog)
+	if prog != 0 {
+		defer C.m2n_nvrtcDestroy(prog)
+	}
+	if r != 0 {
+		var n C.size_t
+		log := C.GoString(C.m2n_nvrtcError(r))
+		if prog != 0 && C.m2n_nvrtcLogSize(prog, &n) == 0 && n > 1 {
+			buf := make([]byte, n)
+			C.m2n_nvrtcLog(prog, (*C.char)(unsafe.Pointer(&buf[0])))
+			log += "\n" + strings.TrimRight(string(buf), "\x00")
+		}
+		return nil, &CompileError{Arch: arch, Log: log}
+	}
+	var n C.size_t
+	if r := C.m2n_nvrtcCubinSize(prog, &n); r != 0 {
+		return nil, fmt.Errorf("nvrtcGetCUBINSize: %s", C.GoString(C.m2n_nvrtcError(r)))
+	}
+	buf := make([]byte, n)
+	if r := C.m2n_nvrtcCubin(prog, (*C.char)(unsafe.Pointer(&buf[0]))); r != 0 {
+		return nil, fmt.Errorf("nvrtcGetCUBIN: %s", C.GoString(C.m2n_nvrtcError(r)))
+	}
+	return buf, nil
+}
+
+func (g *cudaGPU) loadKernels(dev int) error {
+	cubin, err := compileKernels(g.archs[dev])
+	if err != nil {
+		return err
+	}
+	return g.on(dev, func() error {
+		img := C.CBytes(cubin)
+		defer C.free(img)
+		var mod C.uptr
+		if r := C.m2n_cuModuleLoadData(&mod, img); r != 0 {
+			return cuErr("cuModuleLoadData", r)
+		}
+		g.funcs[dev] = map[string]C.uptr{}
+		for _, name := range kernels.Names {
+			cs := C.CString(name)
+			var f C.uptr
+			r := C.m2n_cuModuleGetFunction(&f, mod, cs)
+			C.free(unsafe.Pointer(cs))
+			if r != 0 {
+				return cuErr("cuModuleGetFunction("+name+")", r)
+			}
+			g.funcs[dev][name] = f
+		}
+		return nil
+	})
+}
+
+func (g *cudaGPU) name(dev int) string { return g.names[dev] }
+func (g *cudaGPU) arch(dev int) string { return g.archs[dev] }
+
+func (g *cudaGPU) memInfo(dev int) (free, total int64, err error) {
+	err = g.on(dev, func() error {
+		var f, t C.size_t
+		if r := C.m2n_cuMemGetInfo(&f, &t); r != 0 {
+			return cuErr("cuMemGetInfo", r)
+		}
+		free, total = int64(f), int64(t)
+		return nil
+	})
+	return
+}
+
+func (g *cudaGPU) alloc(dev int, n int64) (p uint64, err error) {
+	err = g.on(dev, func() error {
+		var d C.ull
+		if r := C.m2n_cuMemAlloc(&d, C.size_t(n)); r != 0 {
+			return cuErr("cuMemAlloc", r)
+		}
+		p = uint64(d)
+		return nil
+	})
+	return
+}
+
+func (g *cudaGPU) free(dev int, p uint64) error {
+	return g.on(dev, func() error { return cuErr("cuMemFree", C.m2n_cuMemFree(C.ull(p))) })
+}
+
+func (g *cudaGPU) newStream(dev int) (h handle, err error) {
+	err = g.on(dev, func() error {
+		var s C.uptr
+		if r := C.m2n_cuStreamCreate(&s); r != 0 {
+			return cuErr("cuStreamCreate", r)
+		}
+		h = handle(s)
+		g.owner[h] = dev
+		return nil
+	})
+	return
+}
+
+func (g *cudaGPU) newEvent(dev int, timing bool) (h handle, err error) {
+	err = g.on(dev, func() error {
+		var e C.uptr
+		flags := C.uint(eventDisableTime)
+		if timing {
+			flags = 0
+		}
+		if r := C.m2n_cuEventCreate(&e, flags); r != 0 {
+			return cuErr("cuEventCreate", r)
+		}
+		h = handle(e)
+		g.owner[h] = dev
+		g.isEvent[h] = true
+		return nil
+	})
+	return
+}
+
+func (g *cudaGPU) record(ev, st handle) error {
+	return g.on(g.owner[st], func() error { return cuErr("cuEventRecord", C.m2n_cuEventRecord(C.uptr(ev), C.uptr(st))) })
+}
+
+func (g *cudaGPU) wait(st, ev handle) error {
+	return g.on(g.owner[st], func() error { return cuErr("cuStreamWaitEvent", C.m2n_cuStreamWaitEvent(C.uptr(st), C.uptr(ev))) })
+}
+
+func (g *cudaGPU) elapsed(a, b handle) (t units.Time, err error) {
+	err = g.on(g.owner[a], func() error {
+		var ms C.float
+		if r := C.m2n_cuEventElapsedTime(&ms, C.uptr(a), C.uptr(b)); r != 0 {
+			return cuErr("cuEventElapsedTime", r)
+		}
+		t = units.Time(float64(ms) * float64(units.Millisecond))
+		return nil
+	})
+	return
+}
+
+// sync waits for a stream. With NCCL communicators it polls, checking them
+// for asynchronous errors, and gives up after the timeout: a peer that never
+// arrives is an error, never a hang.
+func (g *cudaGPU) sync(st handle) error {
+	return g.on(g.owner[st], func() error {
+		if len(g.comms) == 0 {
+			return cuErr("cuStreamSynchronize", C.m2n_cuStreamSynchronize(C.uptr(st)))
+		}
+		deadline := time.Now().Add(g.timeout)
+		for {
+			r := C.m2n_cuStreamQuery(C.uptr(st))
+			if r == 0 {
+				return nil
+			}
+			if r != errNotReady {
+				return cuErr("cuStreamQuery", r)
+			}
+			if err := g.commErrors(); err != nil {
+				g.abort()
+				return err
+			}
+			if time.Now().After(deadline) {
+				g.abort()
+				return fmt.Errorf("%w: GPU work did not finish within %v (a peer that never posted its side?); the NCCL communicators were aborted", ErrTimeout, g.timeout)
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+	})
+}
+
+func (g *cudaGPU) commErrors() error {
+	for _, c := range g.comms {
+		var st C.int
+		if r := C.m2n_ncclCommGetAsyncError(c, &st); r != 0 {
+			return ncclErr("ncclCommGetAsyncError", r, uintptr(c))
+		}
+		if st != 0 && st != ncclInProgress {
+			return ncclErr("NCCL (asynchronous)", C.ncclResult_t(st), uintptr(c))
+		}
+	}
+	return nil
+}
+
+func (g *cudaGPU) abort() {
+	for _, c := range g.comms {
+		C.m2n_ncclCommAbort(c)
+	}
+	g.comms = nil
+}
+
+func (g *cudaGPU) copy(dst, src uint64, n int64, st handle) error {
+	return g.on(g.owner[st], func() error {
+		return cuErr("cuMemcpyDtoDAsync", C.m2n_cuMemcpyDtoDAsync(C.ull(dst), C.ull(src), C.size_t(n), C.uptr(st)))
+	})
+}
+
+func (g *cudaGPU) launch(dev int, kernel string, grid, block int, st handle, arg unsafe.Pointer, size uintptr, extra uint64, nargs int) error {
+	f, ok := g.funcs[dev][kernel]
+	if !ok {
+		return fmt.Errorf("no kernel %q", kernel)
+	}
+	return g.on(dev, func() error {
+		r := C.m2n_launch(f, C.uint(grid), C.uint(block), C.uptr(st), arg, C.size_t(size), C.ull(extra), C.int(nargs))
+		return cuErr("cuLaunchKernel("+kernel+")", r)
+	})
+}
+
+// Launch geometry of the box-copy kernels: threads per block, and blocks
+// per SM at most (the grid strides over the work).
+var (
+	copyBlock     = 256
+	copyBlocksPer = 8
+)
+
+func (g *cudaGPU) boxCopy(a *boxArgs, kernel string, st handle) error {
+	dev := g.owner[st]
+	blocks := int64(copyBlocksPer * g.sms[dev])
+	var grid int64
+	switch {
+	case strings.Contains(kernel, "long"):
+		grid = min(a.Runs*a.SegsPerRun, blocks)
+	case kernel == "box_copy_stage":
+		// A warp per 4 KiB piece; the kernel's shared memory holds 8 warps.
+		pieces := a.Runs * ((a.RunBytes + 4095) / 4096)
+		grid = min((pieces+7)/8, blocks)
+		args := *a
+		return g.launch(dev, kernel, int(max(grid, 1)), 256, st, unsafe.Pointer(&args), unsafe.Sizeof(args), 0, 1)
+	default:
+		// One vector a thread, four per thread in flight.
+		vecs := a.Runs * max(a.RunBytes/16, 1)
+		grid = min((vecs+int64(4*copyBlock)-1)/int64(4*copyBlock), blocks)
+	}
+	args := *a // a Go value without Go pointers, copied by the C side
+	return g.launch(dev, kernel, int(max(grid, 1)), copyBlock, st, unsafe.Pointer(&args), unsafe.Sizeof(args), 0, 1)
+}
+
+func (g *cudaGPU) fill(a *patternArgs, st handle) error {
+	dev := g.owner[st]
+	args := *a
+	grid := min((a.Elems+255)/256, int64(8*g.sms[dev]))
+	return g.launch(dev, "fill", int(max(grid, 1)), 256, st, unsafe.Pointer(&args), unsafe.Sizeof(args), 0, 1)
+}
+
+func (g *cudaGPU) verify(a *patternArgs, st handle) (bad, first int64, err error) {
+	dev := g.owner[st]
+	cnt := g.counter[dev]
+	err = g.on(dev, func() error {
+		if r := C.m2n_cuMemsetD8Async(C.ull(cnt), 0, 8, C.uptr(st)); r != 0 {
+			return cuErr("cuMemsetD8Async", r)
+		}
+		if r := C.m2n_cuMemsetD8Async(C.ull(cnt+8), 0xff, 8, C.uptr(st)); r != 0 {
+			return cuErr("cuMemsetD8Async", r)
+		}
+		return nil
+	})
+	if err != nil {
+		return
+	}
+	args := *a
+	grid := min((a.Elems+255)/256, int64(8*g.sms[dev]))
+	if err = g.launch(dev, "verify", int(max(grid, 1)), 256, st, unsafe.Pointer(&args), unsafe.Sizeof(args), cnt, 2); err != nil {
+		return
+	}
+	if err = g.sync(st); err != nil {
+		return
+	}
+	var out [2]uint64
+	err = g.on(dev, func() error {
+		return cuErr("cuMemcpyDtoH", C.m2n_cuMemcpyDtoH(unsafe.Pointer(&out[0]), C.ull(cnt), 16))
+	})
+	return int64(out[0]), int64(out[1]), err
+}
+
+func (g *cudaGPU) groupStart() error { return ncclErr("ncclGroupStart", C.m2n_ncclGroupStart(), 0) }
+
+func (g *cudaGPU) groupEnd() error {
+	r := C.m2n_ncclGroupEnd()
+	if r == ncclInProgress { // non-blocking communicators: wait for the group to be enqueued
+		deadline := time.Now().Add(g.timeout)
+		for {
+			pending := false
+			for _, c := range g.comms {
+				var st C.int
+				C.m2n_ncclCommGetAsyncError(c, &st)
+				if st == ncclInProgress {
+					pending = true
+				} else if st != 0 {
+					g.abort()
+					return ncclErr("ncclGroupEnd", C.ncclResult_t(st), uintptr(c))
+				}
+			}
+			if !pending {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				g.abort()
+				return fmt.Errorf("%w: an NCCL group did not launch within %v", ErrTimeout, g.timeout)
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+	return ncclErr("ncclGroupEnd", r, 0)
+}
+
+func (g *cudaGPU) send(src uint64, n int64, peer int, comm handle, st handle) error {
+	return g.on(g.owner[st], func() error {
+		r := C.m2n_ncclSend(C.ull(src), C.size_t(n), C.int(peer), C.uptr(comm), C.uptr(st))
+		if r == ncclInProgress {
+			return nil
+		}
+		return ncclErr("ncclSend", r, comm)
+	})
+}
+
+func (g *cudaGPU) recv(dst uint64, n int64, peer int, comm handle, st handle) error {
+	return g.on(g.owner[st], func() error {
+		r := C.m2n_ncclRecv(C.ull(dst), C.size_t(n), C.int(peer), C.uptr(comm), C.uptr(st))
+		if r == ncclInProgress {
+			return nil
+		}
+		return ncclErr("ncclRecv", r, comm)
+	})
+}
+
+func (g *cudaGPU) beginCapture(st handle) error {
+	return g.on(g.owner[st], func() error {
+		return cuErr("cuStreamBeginCapture", C.m2n_cuStreamBeginCapture(C.uptr(st), 0)) // global mode
+	})
+}
+
+func (g *cudaGPU) endCapture(st handle) (h handle, err error) {
+	err = g.on(g.owner[st], func() error {
+		var graph, exec C.uptr
+		if r := C.m2n_cuStreamEndCapture(C.uptr(st), &graph); r != 0 {
+			return cuErr("cuStreamEndCapture", r)
+		}
+		g.graphs = append(g.graphs, graph)
+		if r := C.m2n_cuGraphInstantiate(&exec, graph); r != 0 {
+			return cuErr("cuGraphInstantiate", r)
+		}
+		h = handle(exec)
+		return nil
+	})
+	return
+}
+
+func (g *cudaGPU) launchGraph(x, st handle) error {
+	return g.on(g.owner[st], func() error { return cuErr("cuGraphLaunch", C.m2n_cuGraphLaunch(C.uptr(x), C.uptr(st))) })
+}
+
+func (g *cudaGPU) close() error {
+	for _, c := range g.comms {
+		C.m2n_ncclCommDestroy(c)
+	}
+	g.comms = nil
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	for h, dev := range g.owner {
+		g.use(dev)
+		if g.isEvent[h] {
+			C.m2n_cuEventDestroy(C.uptr(h))
+		} else {
+			C.m2n_cuStreamDestroy(C.uptr(h))
+		}
+	}
+	for _, x := range g.graphs {
+		C.m2n_cuGraphDestroy(x)
+	}
+	g.graphs = nil
+	for dev, p := range g.counter {
+		g.use(dev)
+		C.m2n_cuMemFree(C.ull(p))
+	}
+	for dev := range g.ctx {
+		d, err := cudaDevice(dev)
+		if err == nil {
+			C.m2n_cuDevicePrimaryCtxRelease(d)
+		}
+	}
+	g.owner, g.isEvent, g.counter, g.ctx = map[handle]int{}, map[handle]bool{}, map[int]uint64{}, map[int]C.uptr{}
+	return nil
+}
+
+// New prepares a schedule for execution: opens the CUDA driver, NVRTC and
+// (for NCCL) NCCL, compiles the kernels for the GPU, sets up communicators,
+// checks that the buffers fit, and allocates them. Close releases it all.
+func New(s *ir.Schedule, opt Options) (*Executor, error) {
+	if opt.Timeout <= 0 {
+		opt.Timeout = 5 * time.Minute
+	}
+	if err := s.Validate(); err != nil {
+		return nil, fmt.Errorf("schedule: %w", err)
+	}
+	devOf, peerOf := map[int32]int{}, map[int32]int{}
+	var devs []int
+	switch opt.Backend {
+	case Loopback:
+		if opt.Transport == "" {
+			opt.Transport = TransportCopy
+		}
+		if opt.Transport != TransportCopy && opt.Transport != TransportNCCL {
+			return nil, fmt.Errorf("transport %q: want %s or %s", opt.Transport, TransportCopy, TransportNCCL)
+		}
+		for _, r := range s.World {
+			devOf[int32(r.Rank)], peerOf[int32(r.Rank)] = opt.Device, 0
+		}
+		devs = []int{opt.Device}
+	case NCCL:
+		if opt.Launch == nil {
+			for i, r := range s.World {
+				devOf[int32(r.Rank)], peerOf[int32(r.Rank)] = i, i
+				devs = append(devs, i)
+			}
+		} else {
+			if opt.Launch.World != len(s.World) {
+				return nil, fmt.Errorf("the launcher started %d processes but the schedule has %d ranks; start one process per rank", opt.Launch.World, len(s.World))
+			}
+			me := int32(s.World[opt.Launch.Rank].Rank)
+			devOf[me] = opt.Launch.LocalRank
+			devs = []int{opt.Launch.LocalRank}
+			for i, r := range s.World {
+				peerOf[int32(r.Rank)] = i
+			}
+			if err := depsWithinRanks(s); err != nil {
+				return nil, err
+			}
+		}
+	default:
+		return nil, fmt.Errorf("backend %q: want %s or %s", opt.Backend, Loopback, NCCL)
+	}
+	g, err := newCUDA(devs, opt.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	comms := map[int]handle{}
+	if opt.Backend == NCCL || opt.Transport == TransportNCCL {
+		if err := g.initNCCL(opt, devs, comms); err != nil {
+			g.close()
+			return nil, err
+		}
+	}
+	x, err := newExecutor(s, g, opt, devOf, peerOf, comms)
+	if err != nil {
+		g.close()
+		return nil, err
+	}
+	return x, nil
+}
+
+// initNCCL creates the communicators: one over all local devices in one
+// process, or this process's rank of a launcher's world.
+func (g *cudaGPU) initNCCL(opt Options, devs []int, comms map[int]handle) error {
+	if err := loadNCCL(); err != nil {
+		return err
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if opt.Launch == nil {
+		cd := make([]C.int, len(devs))
+		for i, d := range devs {
+			cd[i] = C.int(d)
+		}
+		cs := make([]C.uptr, len(devs))
+		if r := C.m2n_ncclCommInitAll(&cs[0], C.int(len(devs)), &cd[0]); r != 0 {
+			return ncclErr("ncclCommInitAll", r, 0)
+		}
+		for i, d := range devs {
+			comms[d] = handle(cs[i])
+			g.comms = append(g.comms, cs[i])
+		}
+		return nil
+	}
+	l := opt.Launch
+	id := make([]byte, 128)
+	if l.Rank == 0 || l.NCCLCommID != "" {
+		if r := C.m2n_ncclGetUniqueId((*C.char)(unsafe.Pointer(&id[0]))); r != 0 {
+			return ncclErr("ncclGetUniqueId", r, 0)
+		}
+	}
+	addr := fmt.Sprintf("%s:%d", l.MasterAddr, l.MasterPort)
+	serveErr := make(chan error, 1)
+	if l.NCCLCommID == "" && l.World > 1 {
+		if l.Rank == 0 {
+			go func() { serveErr <- ServeID(addr, id, l.World, opt.Timeout) }()
+		} else {
+			got, err := FetchID(addr, 128, opt.Timeout)
+			if err != nil {
+				return err
+			}
+			id = got
+		}
+	}
+	g.use(devs[0])
+	var c C.uptr
+	r := C.m2n_ncclCommInitRank(&c, C.int(l.World), (*C.char)(unsafe.Pointer(&id[0])), C.int(l.Rank), 0)
+	if r != 0 && r != ncclInProgress {
+		return ncclErr("ncclCommInitRankConfig", r, 0)
+	}
+	g.comms = append(g.comms, c)
+	deadline := time.Now().Add(opt.Timeout)
+	for {
+		var st C.int
+		C.m2n_ncclCommGetAsyncError(c, &st)
+		if st == 0 {
+			break
+		}
+		if st != ncclInProgress {
+			g.abort()
+			return ncclErr("ncclCommInitRankConfig", C.ncclResult_t(st), uintptr(c))
+		}
+		if time.Now().After(deadline) {
+			g.abort()
+			return fmt.Errorf("%w: the NCCL communicator of %d ranks did not form within %v (a rank that never joined?)", ErrTimeout, l.World, opt.Timeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if l.Rank == 0 && l.NCCLCommID == "" && l.World > 1 {
+		if err := <-serveErr; err != nil {
+			return err
+		}
+	}
+	comms[devs[0]] = handle(c)
+	return nil
+}
+
+// depsWithinRanks checks that every dependency stays on its op's rank (or
+// is the op's own transfer): one process per rank cannot wait on another
+// process's ops.
+func depsWithinRanks(s *ir.Schedule) error {
+	for i := range int32(len(s.Ops)) {
+		for _, d := range s.Deps(i) {
+			if s.Ops[d].Rank != s.Ops[i].Rank {
+				return fmt.Errorf("%w: op %d on rank %d depends on op %d on rank %d, which one process per rank cannot express", ErrNotSupported, i, s.Ops[i].Rank, d, s.Ops[d].Rank)
+			}
+		}
+	}
+	return nil
+}
+
+// CopyBandwidth measures a device-to-device copy of n bytes on a GPU
+// (median of five after a warm-up), counting bytes read plus written, the
+// way memory bandwidth is quoted for copies.
+func CopyBandwidth(dev int, n int64) (units.Bandwidth, error) {
+	g, err := newCUDA([]int{dev}, time.Minute)
+	if err != nil {
+		return 0, err
+	}
+	defer g.close()
+	a, err := g.alloc(dev, 2*n)
+	if err != nil {
+		return 0, err
+	}
+	defer g.free(dev, a)
+	st, err := g.newStream(dev)
+	if err != nil {
+		return 0, err
+	}
+	e0, _ := g.newEvent(dev, true)
+	e1, _ := g.newEvent(dev, true)
+	var times []units.Time
+	for i := range 6 {
+		g.record(e0, st)
+		if err := g.copy(a+uint64(n), a, n, st); err != nil {
+			return 0, err
+		}
+		g.record(e1, st)
+		if err := g.sync(st); err != nil {
+			return 0, err
+		}
+		t, err := g.elapsed(e0, e1)
+		if err != nil {
+			return 0, err
+		}
+		if i > 0 {
+			times = append(times, t)
+		}
+	}
+	slices.Sort(times)
+	return units.Bandwidth(float64(2*n) / times[len(times)/2].Seconds()), nil
+}
+
+// upload and download copy between host and device memory (tests).
+func (g *cudaGPU) upload(dev int, dst uint64, b []byte) error {
+	return g.on(dev, func() error {
+		if r := C.m2n_cuMemcpyHtoD(C.ull(dst), unsafe.Pointer(&b[0]), C.size_t(len(b))); r != 0 {
+			return cuErr("cuMemcpyHtoD", r)
+		}
+		// From pageable memory the copy may still be in flight on the legacy
+		// stream, which m2n's non-blocking streams do not wait for.
+		return cuErr("cuCtxSynchronize", C.m2n_cuCtxSynchronize())
+	})
+}
+
+func (g *cudaGPU) download(dev int, b []byte, src uint64) error {
+	return g.on(dev, func() error {
+		return cuErr("cuMemcpyDtoH", C.m2n_cuMemcpyDtoH(unsafe.Pointer(&b[0]), C.ull(src), C.size_t(len(b))))
+	})
+}

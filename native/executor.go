@@ -1,0 +1,601 @@
+package native
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/m2n-project/m2n/model/units"
+	"github.com/m2n-project/m2n/plan/ir"
+)
+
+// Backends.
+const (
+	// Loopback runs every rank of a schedule on one GPU: each rank's buffers
+	// are separate allocations there and each transfer a device copy (or,
+	// with the nccl transport, a one-rank NCCL communicator's self send/recv).
+	Loopback = "loopback"
+	// NCCL runs one rank per GPU through NCCL: all local GPUs in one process
+	// (ncclCommInitAll), or one process per GPU under a launcher.
+	NCCL = "nccl"
+)
+
+// Transports of the loopback backend.
+const (
+	TransportCopy = "copy"
+	TransportNCCL = "nccl"
+)
+
+// Options configure an executor.
+type Options struct {
+	Backend   string        // Loopback or NCCL
+	Transport string        // loopback only: TransportCopy (default) or TransportNCCL
+	Device    int           // loopback: the GPU to use
+	Lanes     int           // streams per device for local ops and copies; 0 means 4
+	Graph     bool          // capture each iteration as a CUDA graph and replay it
+	Warmup    int           // untimed iterations before the timed ones
+	Iters     int           // timed iterations; 0 means 5
+	Timeout   time.Duration // nccl: how long to wait for a peer or an operation; 0 means 5 minutes
+	Launch    *LaunchEnv    // nccl: the launcher's rank, world and rendezvous; nil for one process over all local GPUs
+}
+
+// Result is what a run measured and checked.
+type Result struct {
+	Times        []units.Time // per timed iteration
+	Verified     bool         // every destination byte equals its source byte
+	CheckedBytes int64
+	WrongElems   int64
+	FirstWrong   string
+	Device       string // the GPU's name (of the first device)
+	Kernels      string // the architecture the kernels were compiled for
+	Mode         string // how transfers ran: "copy", "nccl waves", ...
+	Ops, Steps   int
+	Streams      int
+	Events       int
+	Waves        int
+}
+
+// handle is a CUDA object (stream, event, graph, communicator) as the
+// device layer names it.
+type handle = uintptr
+
+// gpu is what the executor needs of a device: the CUDA implementation,
+// or a fake in host memory for tests.
+type gpu interface {
+	name(dev int) string
+	arch(dev int) string
+	memInfo(dev int) (free, total int64, err error)
+	alloc(dev int, n int64) (uint64, error)
+	free(dev int, p uint64) error
+	newStream(dev int) (handle, error)
+	newEvent(dev int, timing bool) (handle, error)
+	record(ev, st handle) error
+	wait(st, ev handle) error
+	elapsed(a, b handle) (units.Time, error)
+	sync(st handle) error
+	copy(dst, src uint64, n int64, st handle) error
+	boxCopy(a *boxArgs, kernel string, st handle) error
+	fill(a *patternArgs, st handle) error
+	verify(a *patternArgs, st handle) (bad, first int64, err error)
+	// NCCL, for the waves mode.
+	groupStart() error
+	groupEnd() error
+	send(src uint64, n int64, peer int, comm handle, st handle) error
+	recv(dst uint64, n int64, peer int, comm handle, st handle) error
+	// CUDA graphs.
+	beginCapture(st handle) error
+	endCapture(st handle) (handle, error)
+	launchGraph(g, st handle) error
+	close() error
+}
+
+// Executor runs one schedule on GPUs. Make it with New, run it with Run,
+// and release its device memory with Close.
+type Executor struct {
+	s    *ir.Schedule
+	g    gpu
+	opt  Options
+	prog *program
+	mode mode
+
+	devOf   map[int32]int // rank -> device index of this process; absent: a remote rank
+	devices []int         // device indices in use
+	peerOf  map[int32]int // rank -> NCCL rank (its index in the world)
+	comms   map[int]handle
+
+	arena   map[int]uint64 // device -> base of its allocation
+	bufAddr []uint64       // buffer -> device address (0 for a remote rank's buffer)
+	streams []handle
+	events  []handle
+	origin  map[int]handle // device -> the stream that starts and ends iterations
+	joinEv  []handle       // per stream: recorded at its end of an iteration
+	startEv map[int]handle
+	t0, t1  handle // timing events on the first device's origin stream
+	graph   handle
+	// Waves mode: events of a group's transfers, recorded after the group
+	// ends (NCCL enqueues a group's work at ncclGroupEnd).
+	pending [][2]handle
+}
+
+// newExecutor prepares a schedule on a device layer: maps ranks to devices,
+// checks and allocates memory, and compiles the program.
+func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf map[int32]int, comms map[int]handle) (*Executor, error) {
+	if opt.Lanes <= 0 {
+		opt.Lanes = 4
+	}
+	if opt.Iters <= 0 {
+		opt.Iters = 5
+	}
+	x := &Executor{s: s, g: g, opt: opt, devOf: devOf, peerOf: peerOf, comms: comms,
+		arena: map[int]uint64{}, origin: map[int]handle{}, startEv: map[int]handle{}}
+	if opt.Backend == NCCL || opt.Transport == TransportNCCL {
+		x.mode = wavesMode
+	}
+	for _, d := range devOf {
+		if !slices.Contains(x.devices, d) {
+			x.devices = append(x.devices, d)
+		}
+	}
+	slices.Sort(x.devices)
+	// Memory: refuse before allocating when it does not fit.
+	need := map[int]int64{}
+	for i := range s.Buffers {
+		b := &s.Buffers[i]
+		if d, ok := devOf[int32(b.Rank)]; ok {
+			need[d] += align(b.Bytes)
+		}
+	}
+	for _, d := range x.devices {
+		free, total, err := g.memInfo(d)
+		if err != nil {
+			return nil, err
+		}
+		// Leave room for kernels, NCCL and the verify counters.
+		if need[d]+min(256<<20, total/8) > free {
+			return nil, fmt.Errorf("the schedule needs %s on GPU %d (%s), which has %s free of %s; shrink the tensors with --scale",
+				units.Bytes(need[d]).Human(), d, g.name(d), units.Bytes(free).Human(), units.Bytes(total).Human())
+		}
+	}
+	for _, d := range x.devices {
+		if need[d] == 0 {
+			continue
+		}
+		base, err := g.alloc(d, need[d])
+		if err != nil {
+			x.Close()
+			return nil, fmt.Errorf("allocating %s on GPU %d: %w", units.Bytes(need[d]).Human(), d, err)
+		}
+		x.arena[d] = base
+	}
+	x.bufAddr = make([]uint64, len(s.Buffers))
+	next := map[int]uint64{}
+	for i := range s.Buffers {
+		b := &s.Buffers[i]
+		if d, ok := devOf[int32(b.Rank)]; ok {
+			x.bufAddr[i] = x.arena[d] + next[d]
+			next[d] += uint64(align(b.Bytes))
+		}
+	}
+	// Ops of remote ranks are in the program too (their levels place the
+	// waves every process agrees on); issuing skips them.
+	dev := func(r int32) int {
+		if d, ok := devOf[r]; ok {
+			return d
+		}
+		return -1 - int(r) // a remote rank: its own (never created) streams
+	}
+	prog, err := compile(s, dev, opt.Lanes, x.mode)
+	if err != nil {
+		x.Close()
+		return nil, err
+	}
+	x.prog = prog
+	for _, k := range prog.streams {
+		var st handle
+		if k.dev >= 0 {
+			if st, err = g.newStream(k.dev); err != nil {
+				x.Close()
+				return nil, err
+			}
+		}
+		x.streams = append(x.streams, st)
+	}
+	// Events carry dependencies; each lives on the device whose stream
+	// records it.
+	evDev := make([]int, prog.events)
+	for _, st := range prog.steps {
+		if st.record >= 0 {
+			evDev[st.record] = prog.streams[st.stream].dev
+		}
+		if st.rrecord >= 0 {
+			evDev[st.rrecord] = prog.streams[st.rstrm].dev
+		}
+	}
+	for e := range prog.events {
+		var ev handle
+		if evDev[e] >= 0 {
+			if ev, err = g.newEvent(evDev[e], false); err != nil {
+				x.Close()
+				return nil, err
+			}
+		}
+		x.events = append(x.events, ev)
+	}
+	for _, d := range x.devices {
+		st, err := g.newStream(d)
+		if err != nil {
+			x.Close()
+			return nil, err
+		}
+		x.origin[d] = st
+		if x.startEv[d], err = g.newEvent(d, false); err != nil {
+			x.Close()
+			return nil, err
+		}
+	}
+	for i := range x.streams {
+		var ev handle
+		if d := prog.streams[i].dev; d >= 0 {
+			if ev, err = g.newEvent(d, false); err != nil {
+				x.Close()
+				return nil, err
+			}
+		}
+		x.joinEv = append(x.joinEv, ev)
+	}
+	if x.t0, err = g.newEvent(x.devices[0], true); err != nil {
+		x.Close()
+		return nil, err
+	}
+	if x.t1, err = g.newEvent(x.devices[0], true); err != nil {
+		x.Close()
+		return nil, err
+	}
+	return x, nil
+}
+
+func align(n int64) int64 { return (n + 255) &^ 255 }
+
+// Close releases device memory and the device layer.
+func (x *Executor) Close() error {
+	for _, d := range x.devices {
+		if base, ok := x.arena[d]; ok {
+			x.g.free(d, base)
+		}
+	}
+	x.arena = map[int]uint64{}
+	return x.g.close()
+}
+
+// Run fills the sources, runs the schedule once and checks every
+// destination byte, then runs the warm-up and timed iterations and checks
+// again.
+func (x *Executor) Run() (*Result, error) {
+	res := &Result{Device: x.g.name(x.devices[0]), Kernels: x.g.arch(x.devices[0]), Ops: len(x.s.Ops),
+		Steps: len(x.prog.steps), Streams: len(x.streams), Events: x.prog.events, Waves: x.prog.waves}
+	res.Mode = "device copies on " + fmt.Sprint(len(x.streams)) + " streams"
+	if x.mode == wavesMode {
+		res.Mode = fmt.Sprintf("NCCL send/recv in %d waves", x.prog.waves)
+	}
+	if err := x.fill(); err != nil {
+		return nil, err
+	}
+	if err := x.iteration(); err != nil {
+		return nil, err
+	}
+	if err := x.syncAll(); err != nil {
+		return nil, err
+	}
+	if err := x.check(res); err != nil {
+		return nil, err
+	}
+	if x.opt.Graph {
+		if err := x.capture(); err != nil {
+			return nil, fmt.Errorf("capturing a CUDA graph: %w", err)
+		}
+	}
+	for range x.opt.Warmup {
+		if err := x.timed(); err != nil {
+			return nil, err
+		}
+	}
+	for range x.opt.Iters {
+		if err := x.timed(); err != nil {
+			return nil, err
+		}
+		t, err := x.g.elapsed(x.t0, x.t1)
+		if err != nil {
+			return nil, err
+		}
+		res.Times = append(res.Times, t)
+	}
+	// Outputs are rewritten with the same bytes each iteration: check again,
+	// keeping the first failure's report.
+	var again Result
+	if err := x.check(&again); err != nil {
+		return nil, err
+	}
+	if res.Verified && !again.Verified {
+		res.Verified, res.WrongElems, res.FirstWrong = false, again.WrongElems, again.FirstWrong+" (after the timed iterations)"
+	}
+	return res, nil
+}
+
+// fill writes every input's pattern and the complement into every output,
+// so a byte the schedule never writes cannot pass.
+func (x *Executor) fill() error {
+	for i := range x.s.Buffers {
+		b := &x.s.Buffers[i]
+		d, ok := x.devOf[int32(b.Rank)]
+		if !ok || b.Kind == ir.Staging {
+			continue
+		}
+		t := &x.s.Tensors[b.Tensor]
+		a, err := planPattern(x.bufAddr[i], b.Tensor, t.Src.Shape, b.Box.Start, b.Box.Size, t.Src.DType.Size(), b.Kind == ir.Output)
+		if err != nil {
+			return err
+		}
+		if err := x.g.fill(&a, x.origin[d]); err != nil {
+			return err
+		}
+	}
+	return x.syncAll()
+}
+
+// check verifies every local output buffer.
+func (x *Executor) check(res *Result) error {
+	res.Verified, res.CheckedBytes, res.WrongElems, res.FirstWrong = true, 0, 0, ""
+	for i := range x.s.Buffers {
+		b := &x.s.Buffers[i]
+		d, ok := x.devOf[int32(b.Rank)]
+		if !ok || b.Kind != ir.Output {
+			continue
+		}
+		t := &x.s.Tensors[b.Tensor]
+		a, err := planPattern(x.bufAddr[i], b.Tensor, t.Src.Shape, b.Box.Start, b.Box.Size, t.Src.DType.Size(), false)
+		if err != nil {
+			return err
+		}
+		bad, first, err := x.g.verify(&a, x.origin[d])
+		if err != nil {
+			return err
+		}
+		res.CheckedBytes += b.Bytes
+		if bad > 0 {
+			if res.WrongElems == 0 {
+				res.FirstWrong = fmt.Sprintf("output of %s on rank %d, element %d of its box %v", t.Name, b.Rank, first, b.Box)
+			}
+			res.WrongElems += bad
+			res.Verified = false
+		}
+	}
+	return nil
+}
+
+func (x *Executor) syncAll() error {
+	for _, st := range x.streams {
+		if st != 0 {
+			if err := x.g.sync(st); err != nil {
+				return err
+			}
+		}
+	}
+	for _, d := range x.devices {
+		if err := x.g.sync(x.origin[d]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// timed runs one iteration between the timing events.
+func (x *Executor) timed() error {
+	first := x.origin[x.devices[0]]
+	if err := x.g.record(x.t0, first); err != nil {
+		return err
+	}
+	if x.graph != 0 {
+		if err := x.g.launchGraph(x.graph, first); err != nil {
+			return err
+		}
+	} else if err := x.iteration(); err != nil {
+		return err
+	}
+	if err := x.g.record(x.t1, first); err != nil {
+		return err
+	}
+	return x.g.sync(first)
+}
+
+// iteration issues the program once: every stream starts after the first
+// origin stream's start and the first origin stream ends after them all.
+func (x *Executor) iteration() error {
+	g := x.g
+	first := x.origin[x.devices[0]]
+	if err := g.record(x.startEv[x.devices[0]], first); err != nil {
+		return err
+	}
+	for _, d := range x.devices {
+		if err := g.wait(x.origin[d], x.startEv[x.devices[0]]); err != nil {
+			return err
+		}
+	}
+	for _, st := range x.streams {
+		if st != 0 {
+			if err := g.wait(st, x.startEv[x.devices[0]]); err != nil {
+				return err
+			}
+		}
+	}
+	for k := range x.prog.steps {
+		if err := x.issue(&x.prog.steps[k]); err != nil {
+			return err
+		}
+	}
+	for i, st := range x.streams {
+		if st == 0 {
+			continue
+		}
+		if err := g.record(x.joinEv[i], st); err != nil {
+			return err
+		}
+		if err := g.wait(first, x.joinEv[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// capture records one iteration as a CUDA graph on the first origin stream.
+func (x *Executor) capture() error {
+	first := x.origin[x.devices[0]]
+	if err := x.g.beginCapture(first); err != nil {
+		return err
+	}
+	err := x.iteration()
+	graph, cerr := x.g.endCapture(first)
+	if err != nil {
+		return err
+	}
+	if cerr != nil {
+		return cerr
+	}
+	x.graph = graph
+	return nil
+}
+
+// local reports whether a rank runs in this process.
+func (x *Executor) local(r int32) bool {
+	_, ok := x.devOf[r]
+	return ok
+}
+
+func (x *Executor) issue(st *step) error {
+	g := x.g
+	switch st.kind {
+	case stepGroupStart:
+		x.pending = x.pending[:0]
+		return g.groupStart()
+	case stepGroupEnd:
+		if err := g.groupEnd(); err != nil {
+			return err
+		}
+		for _, p := range x.pending {
+			if err := g.record(p[0], p[1]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	op := &x.s.Ops[st.op]
+	var sendHere, recvHere bool
+	var rop *ir.Op
+	if st.kind == stepXfer {
+		rop = &x.s.Ops[op.Match]
+		sendHere, recvHere = x.local(op.Rank), x.local(rop.Rank)
+	} else if !x.local(op.Rank) {
+		return nil
+	}
+	// Wait for dependencies recorded on other streams.
+	waitOn := func(stream int, evs []int32) error {
+		for _, e := range evs {
+			if err := g.wait(x.streams[stream], x.events[e]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	stream := x.streams[st.stream]
+	switch {
+	case st.kind == stepLocal:
+		if err := waitOn(st.stream, st.waits); err != nil {
+			return err
+		}
+		if err := x.local1(op, stream); err != nil {
+			return err
+		}
+		if st.record >= 0 {
+			return g.record(x.events[st.record], stream)
+		}
+		return nil
+	case x.mode == streamsMode:
+		if err := waitOn(st.stream, st.waits); err != nil {
+			return err
+		}
+		if err := g.copy(x.addr(rop.Dst), x.addr(op.Src), op.Src.Bytes, stream); err != nil {
+			return err
+		}
+		if st.record >= 0 {
+			return g.record(x.events[st.record], stream)
+		}
+		return nil
+	}
+	// Waves mode: each local end of the transfer joins the open NCCL group;
+	// its events are recorded once the group ends.
+	if sendHere {
+		if err := waitOn(st.stream, st.waits); err != nil {
+			return err
+		}
+		d := x.devOf[op.Rank]
+		if err := g.send(x.addr(op.Src), op.Src.Bytes, x.peerOf[rop.Rank], x.comms[d], stream); err != nil {
+			return err
+		}
+		if st.record >= 0 {
+			x.pending = append(x.pending, [2]handle{x.events[st.record], stream})
+		}
+	}
+	if recvHere {
+		if err := waitOn(st.rstrm, st.rwaits); err != nil {
+			return err
+		}
+		d := x.devOf[rop.Rank]
+		rs := x.streams[st.rstrm]
+		if err := g.recv(x.addr(rop.Dst), rop.Dst.Bytes, x.peerOf[op.Rank], x.comms[d], rs); err != nil {
+			return err
+		}
+		if st.rrecord >= 0 {
+			x.pending = append(x.pending, [2]handle{x.events[st.rrecord], rs})
+		}
+	}
+	return nil
+}
+
+// addr is the device address of a byte range (or a box's buffer base).
+func (x *Executor) addr(r ir.Region) uint64 { return x.bufAddr[r.Buf] + uint64(r.Offset) }
+
+// local1 issues a copy, pack or unpack.
+func (x *Executor) local1(op *ir.Op, st handle) error {
+	if !op.Src.IsBox() && !op.Dst.IsBox() {
+		return x.g.copy(x.addr(op.Dst), x.addr(op.Src), op.Src.Bytes, st)
+	}
+	a, kernel, err := x.boxArgs(op)
+	if err != nil {
+		return err
+	}
+	return x.g.boxCopy(&a, kernel, st)
+}
+
+// boxArgs plans the kernel of a pack, unpack or box copy.
+func (x *Executor) boxArgs(op *ir.Op) (boxArgs, string, error) {
+	s := x.s
+	var size []int64
+	side := func(r ir.Region, other ir.Region) view {
+		b := &s.Buffers[r.Buf]
+		if r.IsBox() {
+			box := s.Box(r)
+			size = box.Size
+			return view{addr: x.bufAddr[r.Buf], full: b.Box.Size, start: box.Start}
+		}
+		// A byte range holds the other side's box, contiguous.
+		ob := s.Box(other)
+		return view{addr: x.addr(r), full: ob.Size, start: make([]int64, len(ob.Size))}
+	}
+	src, dst := side(op.Src, op.Dst), side(op.Dst, op.Src)
+	var elem int64
+	if b := &s.Buffers[op.Src.Buf]; b.Placed() {
+		elem = s.Elem(b.Tensor)
+	} else {
+		elem = s.Elem(s.Buffers[op.Dst.Buf].Tensor)
+	}
+	return planBoxCopy(src, dst, size, elem)
+}

@@ -1,0 +1,208 @@
+package native
+
+import (
+	"math/rand/v2"
+	"testing"
+	"unsafe"
+
+	"github.com/m2n-project/m2n/model/layout"
+	"github.com/m2n-project/m2n/model/topo"
+	"github.com/m2n-project/m2n/plan"
+	"github.com/m2n-project/m2n/plan/ir"
+)
+
+func randomLayout(rng *rand.Rand, shape []int64, ranks []int) layout.Layout {
+	na := 1 + rng.IntN(2)
+	ms := make([]int, na)
+	size := 1
+	for a := range ms {
+		ms[a] = 1 + rng.IntN(3)
+		size *= ms[a]
+	}
+	perm := rng.Perm(len(ranks))
+	rs := make([]int, size)
+	for i := range rs {
+		rs[i] = ranks[perm[i%len(perm)]] // may repeat when size > len: retried below
+	}
+	ps := make([]layout.Placement, na)
+	for a := range ps {
+		if rng.IntN(3) > 0 {
+			ps[a] = layout.S(rng.IntN(len(shape)))
+		}
+	}
+	return layout.Layout{Shape: shape, DType: []layout.DType{layout.BF16, layout.FP32, layout.Int8}[rng.IntN(3)], Mesh: layout.Mesh{Shape: ms, Ranks: rs}, Placements: ps}
+}
+
+// randomSchedule builds a verified schedule over ranks 0..11 in domains of 4.
+func randomSchedule(t *testing.T, rng *rand.Rand) *ir.Schedule {
+	tp, _ := topo.Preset("hgx-h200")
+	tp.GPUsPerDomain, tp.Domains = 4, 3
+	for {
+		nd := 1 + rng.IntN(3)
+		shape := make([]int64, nd)
+		for d := range shape {
+			shape[d] = 1 + rng.Int64N(9)
+		}
+		src := randomLayout(rng, shape, []int{0, 1, 2, 3, 4, 5})
+		dst := randomLayout(rng, shape, []int{4, 5, 6, 7, 8, 9, 10, 11})
+		dst.DType = src.DType
+		if src.Mesh.Validate() != nil || dst.Mesh.Validate() != nil {
+			continue
+		}
+		route := plan.Routes[rng.IntN(len(plan.Routes))]
+		s, err := plan.Build([]ir.Tensor{{Name: "t", Src: src, Dst: dst}}, tp, plan.Options{Route: route, ChunkBytes: 1 + rng.Int64N(48)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+}
+
+func runFake(t *testing.T, s *ir.Schedule, opt Options, devices int, seed uint64) *Result {
+	t.Helper()
+	g := newFake(devices, seed)
+	devOf, peerOf, comms := map[int32]int{}, map[int32]int{}, map[int]handle{}
+	for i, r := range s.World {
+		d := 0
+		if opt.Backend == NCCL {
+			d = i
+		}
+		devOf[int32(r.Rank)] = d
+		peerOf[int32(r.Rank)] = d
+		comms[d] = handle(d) // the fake names a comm by its NCCL rank
+	}
+	x, err := newExecutor(s, g, opt, devOf, peerOf, comms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	res, err := x.Run()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// Every backend and transport delivers exact bytes on random schedules,
+// with streams and NCCL groups run in random valid orders.
+func TestExecutorOnFake(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 32))
+	for i := range 80 {
+		s := randomSchedule(t, rng)
+		for _, opt := range []Options{
+			{Backend: Loopback, Transport: TransportCopy, Lanes: 1 + rng.IntN(4), Iters: 1},
+			{Backend: Loopback, Transport: TransportNCCL, Lanes: 1 + rng.IntN(4), Iters: 1},
+			{Backend: NCCL, Lanes: 1 + rng.IntN(4), Iters: 1},
+		} {
+			devices := 1
+			if opt.Backend == NCCL {
+				devices = len(s.World)
+			}
+			res := runFake(t, s, opt, devices, uint64(i))
+			if !res.Verified {
+				t.Fatalf("case %d %s/%s (%s): %d wrong elements; first %s", i, opt.Backend, opt.Transport, s.Route, res.WrongElems, res.FirstWrong)
+			}
+		}
+	}
+}
+
+// A schedule with a dependency removed fails on the fake: the executor's
+// result depends on the schedule's dependencies, not on luck.
+func TestExecutorNeedsDependencies(t *testing.T) {
+	rng := rand.New(rand.NewPCG(33, 34))
+	broken := 0
+	for i := range 60 {
+		s := randomSchedule(t, rng)
+		cut := false
+		for k := range s.Ops {
+			if s.Ops[k].Kind == ir.Unpack && s.Ops[k].DepLen > 0 {
+				s.Ops[k].DepLen = 0
+				cut = true
+			}
+		}
+		if !cut {
+			continue
+		}
+		for seed := range uint64(4) {
+			res := runFake(t, s, Options{Backend: Loopback, Lanes: 4, Iters: 1}, 1, seed+uint64(i)*10)
+			if !res.Verified {
+				broken++
+				break
+			}
+		}
+	}
+	if broken == 0 {
+		t.Error("no schedule with cut dependencies ever delivered a wrong byte")
+	}
+}
+
+func TestPlanBoxCopyMatchesElementCopy(t *testing.T) {
+	rng := rand.New(rand.NewPCG(35, 36))
+	for range 2000 {
+		nd := 1 + rng.IntN(4)
+		srcFull, dstFull, size := make([]int64, nd), make([]int64, nd), make([]int64, nd)
+		srcStart, dstStart := make([]int64, nd), make([]int64, nd)
+		for d := range nd {
+			size[d] = 1 + rng.Int64N(5)
+			srcStart[d] = rng.Int64N(3)
+			dstStart[d] = rng.Int64N(3)
+			srcFull[d] = srcStart[d] + size[d] + rng.Int64N(2)
+			dstFull[d] = dstStart[d] + size[d] + rng.Int64N(2)
+			if rng.IntN(3) == 0 { // whole dims, so runs merge
+				srcStart[d], dstStart[d], srcFull[d], dstFull[d] = 0, 0, size[d], size[d]
+			}
+		}
+		elem := int64(1 << rng.IntN(4))
+		n := func(full []int64) int64 {
+			p := elem
+			for _, v := range full {
+				p *= v
+			}
+			return p
+		}
+		mem := make([]byte, n(srcFull)+n(dstFull)+64)
+		srcAddr, dstAddr := uint64(16*rng.IntN(2)), uint64(n(srcFull)+32)
+		for i := range mem {
+			mem[i] = byte(rng.IntN(256))
+		}
+		want := append([]byte(nil), mem...)
+		// Element by element.
+		idx := make([]int64, nd)
+		for {
+			so, do := int64(0), int64(0)
+			for d := range nd {
+				so = so*srcFull[d] + srcStart[d] + idx[d]
+				do = do*dstFull[d] + dstStart[d] + idx[d]
+			}
+			copy(want[int64(dstAddr)+do*elem:int64(dstAddr)+(do+1)*elem], mem[int64(srcAddr)+so*elem:int64(srcAddr)+(so+1)*elem])
+			d := nd - 1
+			for ; d >= 0; d-- {
+				if idx[d]++; idx[d] < size[d] {
+					break
+				}
+				idx[d] = 0
+			}
+			if d < 0 {
+				break
+			}
+		}
+		a, kernel, err := planBoxCopy(view{srcAddr, srcFull, srcStart}, view{dstAddr, dstFull, dstStart}, size, elem)
+		if err != nil {
+			t.Fatal(err)
+		}
+		emulateBoxCopy(mem, a)
+		if string(mem) != string(want) {
+			t.Fatalf("box %v from %v@%v to %v@%v (elem %d, %s): copy differs", size, srcFull, srcStart, dstFull, dstStart, elem, kernel)
+		}
+	}
+}
+
+// The argument structs must match kernels/copy.cu byte for byte.
+func TestKernelArgLayout(t *testing.T) {
+	if n := unsafe.Sizeof(boxArgs{}); n != 248 {
+		t.Errorf("boxArgs is %d bytes; struct BoxArgs is 248", n)
+	}
+	if n := unsafe.Sizeof(patternArgs{}); n != 224 {
+		t.Errorf("patternArgs is %d bytes; struct PatternArgs is 224", n)
+	}
+}

@@ -1,0 +1,205 @@
+package native
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/m2n-project/m2n/model/units"
+	"github.com/m2n-project/m2n/plan/hostexec"
+)
+
+// fakeGPU is a device layer in host memory. Work queues per stream and runs
+// at sync points in a random order that respects stream order, event waits
+// and NCCL send/recv matching, so a dependency the executor fails to carry
+// across streams shows up as a wrong byte or a deadlock.
+type fakeGPU struct {
+	rng     *rand.Rand
+	mem     []byte
+	next    []int64 // per device: allocation cursor
+	devMem  int64   // bytes per device
+	streams [][]fakeOp
+	devOf   map[handle]int
+	events  []int // per event: completed record count
+	posted  []int // per event: records enqueued
+	group   bool
+	inFly   map[[2]int][][]byte // NCCL: data sent from peer a to b, not yet received
+	nextH   handle
+	waves   int
+}
+
+type fakeOp struct {
+	ready func() bool
+	run   func()
+}
+
+func newFake(devices int, seed uint64) *fakeGPU {
+	f := &fakeGPU{rng: rand.New(rand.NewPCG(seed, 1)), devMem: 64 << 20, devOf: map[handle]int{}, inFly: map[[2]int][][]byte{}, nextH: 1}
+	f.mem = make([]byte, int64(devices)*f.devMem)
+	f.next = make([]int64, devices)
+	return f
+}
+
+func (f *fakeGPU) name(int) string { return "fake" }
+func (f *fakeGPU) arch(int) string { return "fake" }
+func (f *fakeGPU) memInfo(dev int) (int64, int64, error) {
+	return f.devMem - f.next[dev], f.devMem, nil
+}
+func (f *fakeGPU) alloc(dev int, n int64) (uint64, error) {
+	if f.next[dev]+n > f.devMem {
+		return 0, fmt.Errorf("fake: out of memory")
+	}
+	p := uint64(int64(dev)*f.devMem + f.next[dev])
+	f.next[dev] += n
+	return p + 1<<20*0, nil
+}
+func (f *fakeGPU) free(int, uint64) error { return nil }
+func (f *fakeGPU) newStream(dev int) (handle, error) {
+	h := f.nextH
+	f.nextH++
+	f.devOf[h] = dev
+	for int(h) >= len(f.streams) {
+		f.streams = append(f.streams, nil)
+	}
+	return h, nil
+}
+func (f *fakeGPU) newEvent(dev int, timing bool) (handle, error) {
+	f.events = append(f.events, 0)
+	f.posted = append(f.posted, 0)
+	return handle(len(f.events)), nil // event handles are 1-based indices
+}
+func (f *fakeGPU) enqueue(st handle, op fakeOp) {
+	if op.ready == nil {
+		op.ready = func() bool { return true }
+	}
+	f.streams[st] = append(f.streams[st], op)
+}
+func (f *fakeGPU) record(ev, st handle) error {
+	e := int(ev) - 1
+	f.posted[e]++
+	f.enqueue(st, fakeOp{run: func() { f.events[e]++ }})
+	return nil
+}
+func (f *fakeGPU) wait(st, ev handle) error {
+	e := int(ev) - 1
+	want := f.posted[e] // waits for the latest record at call time
+	f.enqueue(st, fakeOp{ready: func() bool { return f.events[e] >= want }, run: func() {}})
+	return nil
+}
+func (f *fakeGPU) elapsed(a, b handle) (units.Time, error) { return units.Millisecond, nil }
+
+// drain runs every queued op.
+func (f *fakeGPU) drain() error {
+	for {
+		var runnable []int
+		pending := false
+		for s, q := range f.streams {
+			if len(q) == 0 {
+				continue
+			}
+			pending = true
+			if q[0].ready() {
+				runnable = append(runnable, s)
+			}
+		}
+		if !pending {
+			return nil
+		}
+		if len(runnable) == 0 {
+			return fmt.Errorf("fake: deadlock: queued work can never run")
+		}
+		s := runnable[f.rng.IntN(len(runnable))]
+		op := f.streams[s][0]
+		f.streams[s] = f.streams[s][1:]
+		op.run()
+	}
+}
+func (f *fakeGPU) sync(handle) error { return f.drain() }
+func (f *fakeGPU) copy(dst, src uint64, n int64, st handle) error {
+	f.enqueue(st, fakeOp{run: func() { copy(f.mem[dst:dst+uint64(n)], f.mem[src:src+uint64(n)]) }})
+	return nil
+}
+func (f *fakeGPU) boxCopy(a *boxArgs, kernel string, st handle) error {
+	args := *a
+	f.enqueue(st, fakeOp{run: func() { emulateBoxCopy(f.mem, args) }})
+	return nil
+}
+func (f *fakeGPU) patternWalk(a patternArgs, fn func(i int64, want []byte)) {
+	var tmp [8]byte
+	idx := make([]int64, a.ND)
+	for i := int64(0); i < a.Elems; i++ {
+		r := i
+		var g uint64
+		for d := int(a.ND) - 1; d >= 0; d-- {
+			idx[d] = r % a.Size[d]
+			r /= a.Size[d]
+			g += uint64(a.Start[d]+idx[d]) * uint64(a.GStride[d])
+		}
+		v := hostexec.Pattern(int(a.Tensor), g)
+		if a.Invert != 0 {
+			v = ^v
+		}
+		binary.LittleEndian.PutUint64(tmp[:], v)
+		fn(i, tmp[:a.Elem])
+	}
+}
+func (f *fakeGPU) fill(a *patternArgs, st handle) error {
+	args := *a
+	f.enqueue(st, fakeOp{run: func() {
+		f.patternWalk(args, func(i int64, want []byte) {
+			copy(f.mem[int64(args.Buf)+i*int64(args.Elem):], want)
+		})
+	}})
+	return nil
+}
+func (f *fakeGPU) verify(a *patternArgs, st handle) (int64, int64, error) {
+	if err := f.drain(); err != nil {
+		return 0, 0, err
+	}
+	var bad, first int64 = 0, -1
+	f.patternWalk(*a, func(i int64, want []byte) {
+		at := int64(a.Buf) + i*int64(a.Elem)
+		if string(f.mem[at:at+int64(a.Elem)]) != string(want) {
+			if bad == 0 {
+				first = i
+			}
+			bad++
+		}
+	})
+	return bad, first, nil
+}
+func (f *fakeGPU) groupStart() error { f.group = true; f.waves++; return nil }
+func (f *fakeGPU) groupEnd() error   { f.group = false; return nil }
+
+// NCCL: peers are NCCL ranks; comm handles are the sender's own rank.
+func (f *fakeGPU) send(src uint64, n int64, peer int, comm handle, st handle) error {
+	if !f.group {
+		return fmt.Errorf("fake: send outside a group")
+	}
+	me := int(comm)
+	f.enqueue(st, fakeOp{run: func() {
+		k := [2]int{me, peer}
+		f.inFly[k] = append(f.inFly[k], append([]byte(nil), f.mem[src:src+uint64(n)]...))
+	}})
+	return nil
+}
+func (f *fakeGPU) recv(dst uint64, n int64, peer int, comm handle, st handle) error {
+	if !f.group {
+		return fmt.Errorf("fake: recv outside a group")
+	}
+	me := int(comm)
+	k := [2]int{peer, me}
+	f.enqueue(st, fakeOp{ready: func() bool { return len(f.inFly[k]) > 0 }, run: func() {
+		data := f.inFly[k][0]
+		f.inFly[k] = f.inFly[k][1:]
+		if int64(len(data)) != n {
+			panic(fmt.Sprintf("fake: recv of %d bytes matched a send of %d", n, len(data)))
+		}
+		copy(f.mem[dst:dst+uint64(n)], data)
+	}})
+	return nil
+}
+func (f *fakeGPU) beginCapture(handle) error         { return ErrNotSupported }
+func (f *fakeGPU) endCapture(handle) (handle, error) { return 0, ErrNotSupported }
+func (f *fakeGPU) launchGraph(handle, handle) error  { return ErrNotSupported }
+func (f *fakeGPU) close() error                      { return nil }

@@ -1,0 +1,296 @@
+package native
+
+import (
+	"container/heap"
+	"fmt"
+
+	"github.com/m2n-project/m2n/plan/ir"
+)
+
+// A program is the order in which the host issues a schedule's ops to the
+// GPU, with the stream each runs on and the events that carry dependencies
+// between streams. It is computed once, without a device, and replayed for
+// every iteration.
+type program struct {
+	steps   []step
+	streams []streamKey // stream index -> its device and its role
+	events  int         // events the program records (indices 0..events-1)
+	waves   int         // NCCL groups (waves mode); 0 in streams mode
+}
+
+type streamKey struct {
+	dev  int
+	lane int
+}
+
+type stepKind uint8
+
+const (
+	stepLocal      stepKind = iota // a copy, pack or unpack: op
+	stepXfer                       // a send/recv pair: op is the send, match the recv
+	stepGroupStart                 // waves mode: open an NCCL group
+	stepGroupEnd                   // waves mode: close it
+)
+
+type step struct {
+	kind    stepKind
+	op      int32   // the op (for a transfer, the send)
+	stream  int     // where it runs; for a transfer in waves mode, the send's stream
+	rstrm   int     // waves mode: the recv's stream
+	waits   []int32 // events to wait for on stream first
+	rwaits  []int32 // waves mode: events the recv's stream waits for first
+	record  int32   // event to record on stream after it, or -1
+	rrecord int32   // waves mode: event to record on rstrm after the recv, or -1
+}
+
+// mode selects how transfers are issued.
+type mode uint8
+
+const (
+	// streamsMode issues every op as soon as its turn comes, transfers as
+	// device copies, on a pool of streams per device; dependencies across
+	// streams become event waits.
+	streamsMode mode = iota
+	// wavesMode groups transfers by dependency level: all transfers of a
+	// level go in one NCCL group, on one NCCL stream per device, as NCCL
+	// serializes a communicator's operations and matches them per group.
+	wavesMode
+)
+
+// compile turns a schedule into a program. dev maps a rank to its device;
+// lanes is the number of local-op streams per device.
+func compile(s *ir.Schedule, dev func(rank int32) int, lanes int, m mode) (*program, error) {
+	if lanes < 1 {
+		lanes = 1
+	}
+	n := int32(len(s.Ops))
+	p := &program{}
+	streamOf := map[streamKey]int{}
+	stream := func(k streamKey) int {
+		if i, ok := streamOf[k]; ok {
+			return i
+		}
+		streamOf[k] = len(p.streams)
+		p.streams = append(p.streams, k)
+		return len(p.streams) - 1
+	}
+	// Lanes: per rank, packs on one, unpacks and copies on another; per
+	// ordered pair of ranks, its transfers on a third (streams mode). Lane
+	// numbers map onto the device's pool of streams.
+	laneNo := map[[3]int32]int{}
+	nextLane := map[int]int{}
+	lane := func(d int, key [3]int32) int {
+		l, ok := laneNo[key]
+		if !ok {
+			l = nextLane[d] % lanes
+			nextLane[d]++
+			laneNo[key] = l
+		}
+		return l
+	}
+	opStream := make([]int, n)
+	for i := range n {
+		op := &s.Ops[i]
+		d := dev(op.Rank)
+		switch op.Kind {
+		case ir.Pack:
+			opStream[i] = stream(streamKey{d, lane(d, [3]int32{op.Rank, -1, 0})})
+		case ir.Copy, ir.Unpack:
+			opStream[i] = stream(streamKey{d, lane(d, [3]int32{op.Rank, -1, 1})})
+		case ir.Send, ir.Recv:
+			if m == wavesMode {
+				opStream[i] = stream(streamKey{d, -1}) // the device's NCCL stream
+				continue
+			}
+			from, to := op.Rank, op.Peer
+			if op.Kind == ir.Recv {
+				from, to = op.Peer, op.Rank
+			}
+			// Both ends of a device copy run on the receiver's device.
+			rd := dev(to)
+			opStream[i] = stream(streamKey{rd, lane(rd, [3]int32{from, to, 2})})
+		}
+	}
+	// Issue order: a topological order of the graph with each send/recv
+	// pair as one node (issued when both ends are ready), lowest ID first.
+	order, level, err := issueOrder(s)
+	if err != nil {
+		return nil, err
+	}
+	// Events: an op gets one when a dependent runs on another stream. In
+	// streams mode a transfer is one copy on one stream, named by its send;
+	// in waves mode each end has its own stream and event (a send may
+	// complete before its recv has).
+	key := func(i int32) int32 {
+		if m == streamsMode {
+			return rep(s, i)
+		}
+		return i
+	}
+	event := make([]int32, n)
+	for i := range event {
+		event[i] = -1
+	}
+	for i := range n {
+		for _, d := range s.Deps(i) {
+			k := key(d)
+			if opStream[k] != opStream[i] && event[k] < 0 {
+				event[k] = int32(p.events)
+				p.events++
+			}
+		}
+	}
+	waitsFor := func(stream int, ops ...int32) []int32 {
+		var w []int32
+		for _, i := range ops {
+			for _, d := range s.Deps(i) {
+				k := key(d)
+				if e := event[k]; e >= 0 && opStream[k] != stream {
+					w = append(w, e)
+				}
+			}
+		}
+		return dedupe(w)
+	}
+	emit := func(i int32) step {
+		op := &s.Ops[i]
+		if op.Kind == ir.Send || op.Kind == ir.Recv {
+			snd, rcv := i, op.Match
+			if op.Kind == ir.Recv {
+				snd, rcv = op.Match, i
+			}
+			if m == streamsMode {
+				st := opStream[snd]
+				return step{kind: stepXfer, op: snd, stream: st, rstrm: st, record: event[snd], rrecord: -1, waits: waitsFor(st, snd, rcv)}
+			}
+			return step{kind: stepXfer, op: snd, stream: opStream[snd], rstrm: opStream[rcv],
+				waits: waitsFor(opStream[snd], snd), rwaits: waitsFor(opStream[rcv], rcv),
+				record: event[snd], rrecord: event[rcv]}
+		}
+		return step{kind: stepLocal, op: i, stream: opStream[i], rstrm: opStream[i], record: event[i], rrecord: -1, waits: waitsFor(opStream[i], i)}
+	}
+	if m == streamsMode {
+		for _, i := range order {
+			p.steps = append(p.steps, emit(i))
+		}
+		return p, nil
+	}
+	// Waves: by level; local ops first, then the level's transfers in one group.
+	maxLevel := int32(0)
+	for _, i := range order {
+		maxLevel = max(maxLevel, level[i])
+	}
+	byLevel := make([][]int32, maxLevel+1)
+	for _, i := range order {
+		byLevel[level[i]] = append(byLevel[level[i]], i)
+	}
+	for _, ops := range byLevel {
+		var xfers []int32
+		for _, i := range ops {
+			if k := s.Ops[i].Kind; k == ir.Send || k == ir.Recv {
+				xfers = append(xfers, i)
+				continue
+			}
+			p.steps = append(p.steps, emit(i))
+		}
+		if len(xfers) == 0 {
+			continue
+		}
+		p.waves++
+		p.steps = append(p.steps, step{kind: stepGroupStart, record: -1, rrecord: -1})
+		for _, i := range xfers {
+			p.steps = append(p.steps, emit(i))
+		}
+		p.steps = append(p.steps, step{kind: stepGroupEnd, record: -1, rrecord: -1})
+	}
+	return p, nil
+}
+
+// rep is the op that stands for a transfer: its send.
+func rep(s *ir.Schedule, i int32) int32 {
+	if s.Ops[i].Kind == ir.Recv {
+		return s.Ops[i].Match
+	}
+	return i
+}
+
+// issueOrder returns the schedule's nodes (local ops, and the send of each
+// transfer) in a topological order, smallest ID first among the ready, and
+// each node's level (the longest chain of dependencies before it).
+func issueOrder(s *ir.Schedule) ([]int32, []int32, error) {
+	n := int32(len(s.Ops))
+	indeg := make([]int32, n)
+	succ := make([][]int32, n)
+	for i := range n {
+		r := rep(s, i)
+		for _, d := range s.Deps(i) {
+			rd := rep(s, d)
+			if rd == r {
+				return nil, nil, fmt.Errorf("op %d depends on its own transfer", i)
+			}
+			succ[rd] = append(succ[rd], r)
+			indeg[r]++
+		}
+	}
+	level := make([]int32, n)
+	h := &int32Heap{}
+	for i := range n {
+		if rep(s, i) == i && indeg[i] == 0 {
+			heap.Push(h, i)
+		}
+	}
+	var order []int32
+	for h.Len() > 0 {
+		i := heap.Pop(h).(int32)
+		order = append(order, i)
+		for _, j := range succ[i] {
+			level[j] = max(level[j], level[i]+1)
+			if indeg[j]--; indeg[j] == 0 {
+				heap.Push(h, j)
+			}
+		}
+	}
+	nodes := 0
+	for i := range n {
+		if rep(s, i) == i {
+			nodes++
+		}
+	}
+	if len(order) != nodes {
+		return nil, nil, fmt.Errorf("the schedule has a dependency cycle through a send/recv pair")
+	}
+	for i := range n {
+		if r := rep(s, i); r != i {
+			level[i] = level[r]
+		}
+	}
+	return order, level, nil
+}
+
+type int32Heap []int32
+
+func (h int32Heap) Len() int           { return len(h) }
+func (h int32Heap) Less(i, j int) bool { return h[i] < h[j] }
+func (h int32Heap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *int32Heap) Push(x any)        { *h = append(*h, x.(int32)) }
+func (h *int32Heap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+func dedupe(w []int32) []int32 {
+	if len(w) < 2 {
+		return w
+	}
+	seen := map[int32]bool{}
+	out := w[:0]
+	for _, e := range w {
+		if !seen[e] {
+			seen[e] = true
+			out = append(out, e)
+		}
+	}
+	return out
+}

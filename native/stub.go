@@ -1,0 +1,30 @@
+//go:build !(linux && cgo)
+
+package native
+
+import (
+	"github.com/m2n-project/m2n/model/units"
+	"github.com/m2n-project/m2n/plan/ir"
+)
+
+// DeviceInfo describes a GPU as CUDA sees it.
+type DeviceInfo struct {
+	Index    int
+	Name     string
+	Memory   int64
+	PCIBusID string
+	Arch     string
+	SMs      int
+}
+
+// Devices reports ErrNotSupported in builds without cgo.
+func Devices() ([]DeviceInfo, error) { return nil, ErrNotSupported }
+
+// New reports ErrNotSupported in builds without cgo.
+func New(s *ir.Schedule, opt Options) (*Executor, error) { return nil, ErrNotSupported }
+
+// Inventory reports ErrNotSupported in builds without cgo.
+func Inventory() ([]GPUInfo, error) { return nil, ErrNotSupported }
+
+// CopyBandwidth reports ErrNotSupported in builds without cgo.
+func CopyBandwidth(dev int, n int64) (units.Bandwidth, error) { return 0, ErrNotSupported }

@@ -1,0 +1,349 @@
+package plan
+
+import (
+	"slices"
+	"sort"
+
+	"github.com/m2n-project/m2n/model/layout"
+	"github.com/m2n-project/m2n/model/topo"
+	"github.com/m2n-project/m2n/plan/ir"
+)
+
+// NemoLegacy is the whole-model refit as NeMo-RL runs it without M2N: per
+// trainer pipeline stage, an all-gather over the stage's ranks, then a
+// broadcast from the stage's root to every generator rank.
+const NemoLegacy = "nemo-legacy"
+
+// legacy builds one tensor of the nemo-legacy route.
+//
+//  1. All-gather: every source rank ends with the whole tensor, as NCCL's
+//     ring all-gather over the source mesh (in mesh order) leaves it. Each
+//     source slot travels the ring from each of its holders to the ranks
+//     after it, up to the next holder, chunk by chunk, so every rank
+//     receives each block it lacks once, from its predecessor. A rank that
+//     holds part of the tensor copies its own block into its gathered copy
+//     (an out-of-place all-gather); a rank that holds it all gathers nothing.
+//  2. Broadcast: once the root (the first source rank) has finished its part
+//     of the all-gather, it broadcasts the whole tensor along a ring of the
+//     destination ranks ([LegacyRing]), chunk by chunk; each rank keeps its
+//     slice (a replicated destination receives straight into its output).
+//
+// Tensors of different stages have different roots and run concurrently;
+// one stage's tensors follow each other on every pair of ranks.
+func (b *builder) legacy(ti int) {
+	if ti == 0 {
+		b.reserveLegacy()
+	}
+	r := b.regions[ti]
+	t := &b.s.Tensors[ti]
+	elem := b.elem(ti)
+	full := layout.Box{Start: make([]int64, len(t.Src.Shape)), Size: append([]int64(nil), t.Src.Shape...)}
+	ring := t.Src.Mesh.Ranks
+	root := ring[0]
+	n := len(ring)
+
+	// The buffer each source rank gathers into (its input when it holds the
+	// whole tensor), and the ops of the root's part of the all-gather.
+	hold := make([]int32, n)
+	pos := make(map[int]int, n)
+	var rootOps []int32
+	for i, rk := range ring {
+		pos[rk] = i
+		s := r.SrcSlotOf(rk)
+		if s >= 0 && r.SrcSlots[s].Box.Equal(full) {
+			hold[i] = b.input(ti, rk)
+			continue
+		}
+		hold[i] = b.placed(ir.Staging, ti, rk, full)
+		if s < 0 {
+			continue
+		}
+		g := r.SrcSlots[s].Box
+		in := b.input(ti, rk)
+		src := ir.Region{Buf: in, Bytes: b.s.Buffers[in].Bytes}
+		dst, direct := b.boxIn(hold[i], g)
+		if !direct {
+			src, dst = b.boxAsBox(in, g), b.boxAsBox(hold[i], g)
+		}
+		id := b.laneOp(b.unpackLast, ir.Copy, rk, nil, src, dst)
+		if rk == root {
+			rootOps = append(rootOps, id)
+		}
+	}
+
+	// Ring segments: each holder of a slot passes it on to the ranks after
+	// it, up to the next holder.
+	type segment struct {
+		from   int   // ring position of the holder
+		to     []int // ring positions, in order
+		chunks []layout.Box
+	}
+	var segs []segment
+	longest := 0
+	for _, sl := range r.SrcSlots {
+		holders := make([]int, 0, len(sl.Ranks))
+		for _, rk := range sl.Ranks {
+			holders = append(holders, pos[rk])
+		}
+		sort.Ints(holders)
+		var chunks []layout.Box
+		for h, p := range holders {
+			next := holders[(h+1)%len(holders)] // a lone holder's segment is the whole ring
+			seg := segment{from: p}
+			for q := (p + 1) % n; q != next; q = (q + 1) % n {
+				seg.to = append(seg.to, q)
+			}
+			if len(seg.to) == 0 {
+				continue
+			}
+			if chunks == nil {
+				chunks = Chunks(sl.Box, elem, b.s.ChunkBytes)
+			}
+			seg.chunks = chunks
+			segs = append(segs, seg)
+			longest = max(longest, len(seg.to))
+		}
+	}
+
+	// at[seg][chunk] is where the chunk is held now and the op that put it there.
+	type held struct {
+		rank   int
+		region ir.Region
+		dep    int32
+	}
+	at := make([][]held, len(segs))
+	for si, sg := range segs {
+		at[si] = make([]held, len(sg.chunks))
+		holder := ring[sg.from]
+		in := b.input(ti, holder)
+		for c, g := range sg.chunks {
+			// A chunk of a slot is contiguous in the holder's input, whose box
+			// is the slot.
+			reg, _ := b.boxIn(in, g)
+			at[si][c] = held{holder, reg, -1}
+		}
+	}
+	// Hop by hop around the ring, every segment's chunks at each step.
+	for step := range longest {
+		for si, sg := range segs {
+			if step >= len(sg.to) {
+				continue
+			}
+			p := sg.to[step]
+			d := ring[p]
+			for c, g := range sg.chunks {
+				h := at[si][c]
+				dst, direct := b.boxIn(hold[p], g)
+				if !direct {
+					dst = b.alloc(d, g.Elems()*elem)
+				}
+				send, recv := b.xfer(h.rank, d, h.region, dst, b.dep(h.dep), nil)
+				if h.rank == root {
+					rootOps = append(rootOps, send)
+				}
+				done := recv
+				if !direct {
+					done = b.laneOp(b.unpackLast, ir.Unpack, d, []int32{recv}, dst, b.boxAsBox(hold[p], g))
+				}
+				if d == root {
+					rootOps = append(rootOps, recv, done)
+				}
+				at[si][c] = held{d, dst, recv}
+			}
+		}
+	}
+
+	// Broadcast from the root's gathered copy along the ring.
+	bring := LegacyRing(root, b.legacyRoots(), t.Dst.Mesh.Ranks, b.tp)
+	chunks := Chunks(full, elem, b.s.ChunkBytes)
+	bufs := make([]int32, len(bring))
+	direct := make([]bool, len(bring))
+	for i, d := range bring {
+		if k, _ := r.DstSlotOf(d); k >= 0 && r.DstSlots[k].Box.Equal(full) {
+			bufs[i], direct[i] = b.output(ti, d), true
+			continue
+		}
+		bufs[i] = b.placed(ir.Staging, ti, d, full)
+	}
+	// keep copies a rank's slice out of its copy of the whole tensor, once
+	// every chunk is in, as the generator's weight loader narrows the
+	// broadcast tensor into its parameter.
+	keep := func(rank int, buf int32, deps []int32) {
+		k, _ := r.DstSlotOf(rank)
+		if k < 0 {
+			return
+		}
+		box := r.DstSlots[k].Box
+		b.laneOp(b.unpackLast, ir.Copy, rank, deps, b.boxAsBox(buf, box), b.boxAsBox(b.output(ti, rank), box))
+	}
+	recvs := make([][]int32, len(bring)) // per ring rank, its recvs of this tensor
+	for c, g := range chunks {
+		// The first chunk waits for the root's all-gather; later chunks
+		// follow it on the root's stream to its ring successor.
+		var after []int32
+		if c == 0 {
+			after = rootOps
+		}
+		prev, _ := b.boxIn(hold[0], g)
+		from, deps := root, after
+		for i, d := range bring {
+			dst, _ := b.boxIn(bufs[i], g)
+			_, recv := b.xfer(from, d, prev, dst, deps, nil)
+			if !direct[i] {
+				recvs[i] = append(recvs[i], recv)
+			}
+			b.one[0] = recv
+			prev, from, deps = dst, d, b.one[:]
+		}
+	}
+	keep(root, hold[0], rootOps)
+	for i, d := range bring {
+		if !direct[i] {
+			keep(d, bufs[i], recvs[i])
+		}
+	}
+}
+
+// reserveLegacy sizes the op list for the whole schedule up front: growing
+// a list of millions of ops by doubling copies it over and over.
+func (b *builder) reserveLegacy() {
+	ops := 0
+	for ti := range b.s.Tensors {
+		t := &b.s.Tensors[ti]
+		r := b.regions[ti]
+		elem := b.elem(ti)
+		full := layout.Box{Start: make([]int64, len(t.Src.Shape)), Size: t.Src.Shape}
+		// The broadcast: a send and a recv per chunk and destination rank,
+		// and a copy per destination rank.
+		ops += (2*chunkCount(full, elem, b.s.ChunkBytes) + 1) * len(t.Dst.Mesh.Ranks)
+		// The all-gather: each source rank receives every slot it lacks.
+		for _, sl := range r.SrcSlots {
+			ops += 3 * chunkCount(sl.Box, elem, b.s.ChunkBytes) * (len(t.Src.Mesh.Ranks) - len(sl.Ranks))
+		}
+	}
+	b.s.Ops = slices.Grow(b.s.Ops, ops)
+	b.s.DepPool = slices.Grow(b.s.DepPool, 2*ops)
+}
+
+// chunkCount is len(Chunks(g, elem, chunkBytes)), without building them.
+func chunkCount(g layout.Box, elem, chunkBytes int64) int {
+	nd := g.Rank()
+	d := 0
+	row := elem
+	for ; d < nd; d++ {
+		row = elem
+		for k := d + 1; k < nd; k++ {
+			row *= g.Size[k]
+		}
+		if row <= chunkBytes {
+			break
+		}
+	}
+	if d == nd {
+		d = nd - 1
+		row = elem
+	}
+	per := max(chunkBytes/row, 1)
+	n := (g.Size[d] + per - 1) / per
+	for k := range d {
+		n *= g.Size[k]
+	}
+	return int(n)
+}
+
+// legacyRoots returns the distinct roots (first source ranks) of the
+// schedule's tensors, ascending, computed once.
+func (b *builder) legacyRoots() []int {
+	if b.roots == nil {
+		b.roots = LegacyRoots(b.s.Tensors)
+	}
+	return b.roots
+}
+
+// LegacyRoots lists the distinct broadcast roots of the nemo-legacy route
+// (each tensor's first source rank: one per trainer pipeline stage),
+// ascending.
+func LegacyRoots(tensors []ir.Tensor) []int {
+	seen := map[int]bool{}
+	var out []int
+	for _, t := range tensors {
+		if r := t.Src.Mesh.Ranks[0]; !seen[r] {
+			seen[r] = true
+			out = append(out, r)
+		}
+	}
+	sort.Ints(out)
+	return out
+}
+
+// LegacyRing orders the destination ranks (all but root) for root's ring
+// broadcast in the nemo-legacy route. Ranks go domain by domain, so only
+// the first hop and the hops between domains cross the network.
+//
+// Several roots broadcast at once, one per pipeline stage, each on its own
+// NCCL communicator. A schedule orders the transfers of one pair of ranks
+// (one stream per peer), so rings sharing a pair would queue behind each
+// other; the rings of different roots therefore use different pairs: root
+// number k of R starts at destination domain k mod D (the root's own domain
+// first when it holds destination ranks), enters each domain of n ranks at
+// rank k x n / R, and walks the domain with the k-th stride coprime to n
+// (1, 3, 5, ... for n = 64). The stages' rings then enter and leave the
+// domains through different GPUs, as NCCL spreads its rings over NICs, and
+// share no pair; NVLink is a full crossbar, so the stride costs nothing.
+func LegacyRing(root int, roots []int, dst []int, tp *topo.Topology) []int {
+	k := sort.SearchInts(roots, root)
+	R := max(len(roots), 1)
+	byDom := map[int][]int{}
+	var doms []int
+	for _, d := range dst {
+		if d == root {
+			continue
+		}
+		dom := tp.Domain(d)
+		if _, ok := byDom[dom]; !ok {
+			doms = append(doms, dom)
+		}
+		byDom[dom] = append(byDom[dom], d)
+	}
+	sort.Ints(doms)
+	start := 0
+	if len(doms) > 0 {
+		start = k % len(doms)
+	}
+	if i := sort.SearchInts(doms, tp.Domain(root)); i < len(doms) && doms[i] == tp.Domain(root) {
+		start = i
+	}
+	out := make([]int, 0, len(dst))
+	for j := range doms {
+		ranks := byDom[doms[(start+j)%len(doms)]]
+		sort.Ints(ranks)
+		n := len(ranks)
+		off, stride := k*n/R%n, coprime(n, k)
+		for i := range n {
+			out = append(out, ranks[(off+i*stride)%n])
+		}
+	}
+	return out
+}
+
+// coprime returns the k-th positive integer below n coprime to n (cycling
+// when there are fewer), or 1 for n <= 2.
+func coprime(n, k int) int {
+	if n <= 2 {
+		return 1
+	}
+	var cs []int
+	for s := 1; s < n; s++ {
+		if gcd(s, n) == 1 {
+			cs = append(cs, s)
+		}
+	}
+	return cs[k%len(cs)]
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}

@@ -1,0 +1,75 @@
+package sim
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/m2n-project/m2n/model/scenario"
+	"github.com/m2n-project/m2n/plan"
+	"github.com/m2n-project/m2n/plan/ir"
+	"github.com/m2n-project/m2n/scenarios"
+)
+
+// workloadPoint loads a shipped whole-model scenario.
+func workloadPoint(b *testing.B, name string) (*scenario.Point, []ir.Tensor) {
+	b.Helper()
+	data, ok := scenarios.Lookup(name)
+	if !ok {
+		b.Fatalf("no scenario %s", name)
+	}
+	sc, err := scenario.ParseWith(name+".toml", data, func(m string) (string, []byte, error) {
+		if cfg, ok := scenarios.Model(m); ok {
+			return m + ".json", cfg, nil
+		}
+		return "", nil, errors.New("no such model")
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ps, err := sc.Points()
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := ps[0]
+	ts := make([]ir.Tensor, len(p.Tensors))
+	for i, t := range p.Tensors {
+		ts[i] = ir.Tensor{Name: t.Name, Src: t.Src, Dst: t.Dst}
+	}
+	return p, ts
+}
+
+// BenchmarkWorkload plans, verifies, bounds and simulates each shipped
+// whole-model refit, every route its scenario lists, as `m2n sim` does:
+// docs/performance.md has the figures (target: dsv3-256 under 30 s).
+func BenchmarkWorkload(b *testing.B) {
+	for _, name := range []string{"dsv3-256", "qwen3-235b-128"} {
+		b.Run(name, func(b *testing.B) {
+			p, ts := workloadPoint(b, name)
+			chunk := int64(plan.DefaultChunkBytes)
+			if p.Chunk != nil {
+				chunk = int64(*p.Chunk)
+			}
+			var ops, flows int
+			for b.Loop() {
+				ops, flows = 0, 0
+				for _, route := range p.Routes {
+					s, err := plan.Build(ts, p.Topology, plan.Options{Route: route, ChunkBytes: chunk})
+					if err != nil {
+						b.Fatal(err)
+					}
+					if _, err := Bound(route, ts, p.Topology); err != nil {
+						b.Fatal(err)
+					}
+					res, err := Run(s, p.Topology, Options{})
+					if err != nil {
+						b.Fatal(err)
+					}
+					ops += len(s.Ops)
+					flows += res.Flows
+				}
+			}
+			b.ReportMetric(float64(ops), "ops")
+			b.ReportMetric(float64(flows), "flows")
+		})
+	}
+}
