@@ -9,6 +9,7 @@ package native
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -336,26 +337,60 @@ func (g *cudaGPU) sync(st handle) error {
 		if len(g.comms) == 0 {
 			return cuErr("cuStreamSynchronize", C.m2n_cuStreamSynchronize(C.uptr(st)))
 		}
-		deadline := time.Now().Add(g.timeout)
-		for {
+		var qerr error
+		ok, err := poll(g.timeout, func() (bool, error) {
 			r := C.m2n_cuStreamQuery(C.uptr(st))
 			if r == 0 {
-				return nil
+				return true, nil
 			}
 			if r != errNotReady {
-				return cuErr("cuStreamQuery", r)
+				qerr = cuErr("cuStreamQuery", r)
+				return false, qerr
 			}
-			if err := g.commErrors(); err != nil {
-				g.abort()
-				return err
-			}
-			if time.Now().After(deadline) {
-				g.abort()
-				return fmt.Errorf("%w: GPU work did not finish within %v (a peer that never posted its side?); the NCCL communicators were aborted", ErrTimeout, g.timeout)
-			}
-			time.Sleep(50 * time.Microsecond)
+			return false, g.commErrors()
+		})
+		switch {
+		case qerr != nil:
+			return qerr
+		case err != nil:
+			g.abort()
+			return err
+		case !ok:
+			g.abort()
+			return fmt.Errorf("%w: GPU work did not finish within %v (a peer that never posted its side?); the NCCL communicators were aborted", ErrTimeout, g.timeout)
 		}
+		return nil
 	})
+}
+
+// spinFor is how long poll spins before it sleeps between checks.
+const spinFor = 20 * time.Millisecond
+
+// poll calls done until it reports true or an error, or timeout passes
+// (false, nil). Most waits here end within microseconds (an NCCL group
+// being enqueued, a wave finishing), so it first spins, yielding to other
+// goroutines: a sleep shorter than a millisecond can last about one
+// millisecond in the Go runtime on Linux, and it added that much to every
+// NCCL wave of a run with one process per GPU (flat on paper-2gpu: 72.7 ms
+// with sleeps, 6.19 ms spinning; docs/calibration.md). After spinFor it
+// sleeps 100 us between checks.
+func poll(timeout time.Duration, done func() (bool, error)) (bool, error) {
+	start := time.Now()
+	for {
+		ok, err := done()
+		if ok || err != nil {
+			return ok, err
+		}
+		waited := time.Since(start)
+		if waited > timeout {
+			return false, nil
+		}
+		if waited < spinFor {
+			runtime.Gosched()
+		} else {
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
 }
 
 func (g *cudaGPU) commErrors() error {
@@ -395,12 +430,16 @@ func (g *cudaGPU) launch(dev int, kernel string, grid, block int, st handle, arg
 	})
 }
 
-// Launch geometry of the box-copy kernels: threads per block, and blocks
-// per SM at most (the grid strides over the work).
+// Launch geometry of the long-run box copy: threads per block, and blocks
+// per SM at most (the grid strides over the work). On an H200, 512 x 4 beat
+// 256 x 8 by 3-5% on the paper's pack box in three sessions
+// (docs/native.md); short runs keep 256 x 8, which measured better there.
 var (
-	copyBlock     = 256
-	copyBlocksPer = 8
+	copyBlock     = 512
+	copyBlocksPer = 4
 )
+
+const shortBlock, shortBlocksPer = 256, 8
 
 func (g *cudaGPU) boxCopy(a *boxArgs, kernel string, st handle) error {
 	dev := g.owner[st]
@@ -409,19 +448,19 @@ func (g *cudaGPU) boxCopy(a *boxArgs, kernel string, st handle) error {
 	switch {
 	case strings.Contains(kernel, "long"):
 		grid = min(a.Runs*a.SegsPerRun, blocks)
+		args := *a // a Go value without Go pointers, copied by the C side
+		return g.launch(dev, kernel, int(max(grid, 1)), copyBlock, st, unsafe.Pointer(&args), unsafe.Sizeof(args), 0, 1)
 	case kernel == "box_copy_stage":
 		// A warp per 4 KiB piece; the kernel's shared memory holds 8 warps.
 		pieces := a.Runs * ((a.RunBytes + 4095) / 4096)
-		grid = min((pieces+7)/8, blocks)
-		args := *a
-		return g.launch(dev, kernel, int(max(grid, 1)), 256, st, unsafe.Pointer(&args), unsafe.Sizeof(args), 0, 1)
+		grid = min((pieces+7)/8, int64(shortBlocksPer*g.sms[dev]))
 	default:
 		// One vector a thread, four per thread in flight.
 		vecs := a.Runs * max(a.RunBytes/16, 1)
-		grid = min((vecs+int64(4*copyBlock)-1)/int64(4*copyBlock), blocks)
+		grid = min((vecs+4*shortBlock-1)/(4*shortBlock), int64(shortBlocksPer*g.sms[dev]))
 	}
-	args := *a // a Go value without Go pointers, copied by the C side
-	return g.launch(dev, kernel, int(max(grid, 1)), copyBlock, st, unsafe.Pointer(&args), unsafe.Sizeof(args), 0, 1)
+	args := *a
+	return g.launch(dev, kernel, int(max(grid, 1)), shortBlock, st, unsafe.Pointer(&args), unsafe.Sizeof(args), 0, 1)
 }
 
 func (g *cudaGPU) fill(a *patternArgs, st handle) error {
@@ -466,8 +505,7 @@ func (g *cudaGPU) groupStart() error { return ncclErr("ncclGroupStart", C.m2n_nc
 func (g *cudaGPU) groupEnd() error {
 	r := C.m2n_ncclGroupEnd()
 	if r == ncclInProgress { // non-blocking communicators: wait for the group to be enqueued
-		deadline := time.Now().Add(g.timeout)
-		for {
+		ok, err := poll(g.timeout, func() (bool, error) {
 			pending := false
 			for _, c := range g.comms {
 				var st C.int
@@ -475,19 +513,21 @@ func (g *cudaGPU) groupEnd() error {
 				if st == ncclInProgress {
 					pending = true
 				} else if st != 0 {
-					g.abort()
-					return ncclErr("ncclGroupEnd", C.ncclResult_t(st), uintptr(c))
+					return false, ncclErr("ncclGroupEnd", C.ncclResult_t(st), uintptr(c))
 				}
 			}
-			if !pending {
-				return nil
-			}
-			if time.Now().After(deadline) {
-				g.abort()
-				return fmt.Errorf("%w: an NCCL group did not launch within %v", ErrTimeout, g.timeout)
-			}
-			time.Sleep(50 * time.Microsecond)
+			return !pending, nil
+		})
+		if err != nil || !ok {
+			g.abort()
 		}
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("%w: an NCCL group did not launch within %v", ErrTimeout, g.timeout)
+		}
+		return nil
 	}
 	return ncclErr("ncclGroupEnd", r, 0)
 }
@@ -580,6 +620,12 @@ func New(s *ir.Schedule, opt Options) (*Executor, error) {
 	}
 	if err := s.Validate(); err != nil {
 		return nil, fmt.Errorf("schedule: %w", err)
+	}
+	if opt.Backend == NCCL && opt.Graph {
+		// Capturing NCCL send/recv of two GPUs in one graph failed on two
+		// H200s with NCCL 2.28, and the communicators then hung in
+		// ncclCommDestroy (docs/native.md); refuse rather than hang.
+		return nil, errors.New("CUDA graphs with the nccl backend are not supported yet (capture across GPUs failed on 2 x H200, NCCL 2.28); run with --graph=false")
 	}
 	devOf, peerOf := map[int32]int{}, map[int32]int{}
 	var devs []int

@@ -87,6 +87,9 @@ type gpu interface {
 	endCapture(st handle) (handle, error)
 	launchGraph(g, st handle) error
 	close() error
+	// abort drops the NCCL communicators without waiting for their work:
+	// after a failure, when ncclCommDestroy could wait forever.
+	abort()
 }
 
 // Executor runs one schedule on GPUs. Make it with New, run it with Run,
@@ -270,7 +273,12 @@ func (x *Executor) Close() error {
 // Run fills the sources, runs the schedule once and checks every
 // destination byte, then runs the warm-up and timed iterations and checks
 // again.
-func (x *Executor) Run() (*Result, error) {
+func (x *Executor) Run() (_ *Result, err error) {
+	defer func() {
+		if err != nil {
+			x.g.abort() // work may be left enqueued: Close must not wait for it
+		}
+	}()
 	res := &Result{Device: x.g.name(x.devices[0]), Kernels: x.g.arch(x.devices[0]), Ops: len(x.s.Ops),
 		Steps: len(x.prog.steps), Streams: len(x.streams), Events: x.prog.events, Waves: x.prog.waves}
 	res.Mode = "device copies on " + fmt.Sprint(len(x.streams)) + " streams"

@@ -203,3 +203,4 @@ func (f *fakeGPU) beginCapture(handle) error         { return ErrNotSupported }
 func (f *fakeGPU) endCapture(handle) (handle, error) { return 0, ErrNotSupported }
 func (f *fakeGPU) launchGraph(handle, handle) error  { return ErrNotSupported }
 func (f *fakeGPU) close() error                      { return nil }
+func (f *fakeGPU) abort()                            {}

@@ -310,7 +310,7 @@ func BenchmarkGPUBoxCopy(b *testing.B) {
 				fmt.Fprintf(os.Stderr, "geometry %4d threads x %2d blocks/SM: pack %.0f GB/s, unpack %.0f GB/s\n", geo[0], geo[1],
 					float64(2*boxBytes)/tp.Seconds()/1e9, float64(2*boxBytes)/tu.Seconds()/1e9)
 			}
-			copyBlock, copyBlocksPer = 256, 8
+			copyBlock, copyBlocksPer = 512, 4
 		}
 		b.Run(c.name, func(b *testing.B) {
 			var tp, tu, tc units.Time

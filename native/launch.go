@@ -31,7 +31,9 @@ type LaunchEnv struct {
 // SLURM_LOCALID), Open MPI (OMPI_COMM_WORLD_*), MPICH (PMI_RANK, PMI_SIZE,
 // MPI_LOCALRANKID), in that order. It returns nil when none is set and an
 // error naming the variable when a set is partial or malformed.
-// MASTER_ADDR and MASTER_PORT (or NCCL_COMM_ID) give the rendezvous.
+// MASTER_ADDR and MASTER_PORT (or NCCL_COMM_ID) give the rendezvous;
+// M2N_RENDEZVOUS_PORT overrides the port (under torchrun, whose own store
+// listens on MASTER_PORT).
 func DetectLaunch(getenv func(string) string) (*LaunchEnv, error) {
 	sets := []struct {
 		name               string
@@ -75,7 +77,12 @@ func DetectLaunch(getenv func(string) string) (*LaunchEnv, error) {
 		}
 		e.NCCLCommID = getenv("NCCL_COMM_ID")
 		e.MasterAddr = getenv("MASTER_ADDR")
-		if p := getenv("MASTER_PORT"); p != "" {
+		port := getenv("MASTER_PORT")
+		if p := getenv("M2N_RENDEZVOUS_PORT"); p != "" {
+			// torchrun's own store holds MASTER_PORT: m2n may need another.
+			port = p
+		}
+		if p := port; p != "" {
 			n, err := strconv.Atoi(p)
 			if err != nil || n <= 0 || n > 65535 {
 				return nil, fmt.Errorf("MASTER_PORT=%q is not a port", p)
