@@ -14,9 +14,10 @@ type GPUInfo struct {
 	PCIBusID        string
 	MemoryBytes     int64
 	NVLinks         int    // active NVLink links
-	NVLinkVersion   int    // NVLink generation of its links
+	NVLinkVersion   int    // NVML's nvmlNvlinkVersion_t of its links (6 is NVLink 4.0); see NVLinkGeneration
 	NVLinkRemote    string // what the links reach: "switch", "gpu", or ""
-	NVLinkSpeedMBps int64  // per link, as the driver reports it
+	NVLinkSpeedMBps int64  // per link and direction, in MB/s: the driver's, or the generation's (NVLinkSpeedFrom)
+	NVLinkSpeedFrom string // where NVLinkSpeedMBps comes from: "driver", "spec" (the driver reports none), or ""
 	FabricState     string // NVLink fabric registration (NVL72 and newer)
 	ClusterUUID     string // the NVLink domain's cluster, when registered
 	CliqueID        int64
@@ -33,6 +34,32 @@ func (g GPUInfo) Domain() string {
 		return "local"
 	}
 	return fmt.Sprintf("gpu %d", g.Index)
+}
+
+// nvlinkGenerations maps NVML's nvmlNvlinkVersion_t to the NVLink
+// generation and its line rate per link and direction, in MB/s (NVLink 1:
+// 20 GB/s; 2 to 4: 25 GB/s; 5: 50 GB/s).
+var nvlinkGenerations = map[int]struct {
+	name string
+	mbps int64
+}{
+	1: {"1.0", 20000}, 2: {"2.0", 25000}, 3: {"2.2", 25000}, 4: {"3.0", 25000},
+	5: {"3.1", 25000}, 6: {"4.0", 25000}, 7: {"5.0", 50000},
+}
+
+// NVLinkGeneration names the generation of the GPU's links ("4.0" on
+// H100/H200, "5.0" on B200/GB200), or "" when unknown.
+func (g GPUInfo) NVLinkGeneration() string { return nvlinkGenerations[g.NVLinkVersion].name }
+
+// fillNVLinkSpeed sets the per-link speed from the generation where the
+// driver gave none.
+func (g *GPUInfo) fillNVLinkSpeed() {
+	switch {
+	case g.NVLinkSpeedMBps > 0:
+		g.NVLinkSpeedFrom = "driver"
+	case g.NVLinks > 0 && nvlinkGenerations[g.NVLinkVersion].mbps > 0:
+		g.NVLinkSpeedMBps, g.NVLinkSpeedFrom = nvlinkGenerations[g.NVLinkVersion].mbps, "spec"
+	}
 }
 
 // NVLinkGBps is the GPU's NVLink bandwidth per direction: links times the
@@ -68,7 +95,13 @@ func TopologyTOML(gpus []GPUInfo) string {
 	fmt.Fprintf(&b, "[topology]\npreset = %q\n", preset)
 	fmt.Fprintf(&b, "gpus_per_domain = %d\n", perDomain)
 	if bw := gpus[0].NVLinkGBps(); bw > 0 {
-		fmt.Fprintf(&b, "nvlink_line = \"%g GB/s\"   # %d links x %d MB/s\n", bw, gpus[0].NVLinks, gpus[0].NVLinkSpeedMBps)
+		from := "as the driver reports"
+		if gpus[0].NVLinkSpeedFrom == "spec" {
+			from = "NVLink " + gpus[0].NVLinkGeneration() + "'s line rate; the driver reports no speed"
+		}
+		fmt.Fprintf(&b, "nvlink_line = \"%g GB/s\"   # %d links x %d MB/s per direction (%s)\n", bw, gpus[0].NVLinks, gpus[0].NVLinkSpeedMBps, from)
+	} else if gpus[0].NVLinks > 0 {
+		fmt.Fprintf(&b, "# %d active NVLink links of unknown speed: keep the preset's nvlink_line\n", gpus[0].NVLinks)
 	} else {
 		b.WriteString("# no active NVLink links: GPUs talk over PCIe and the network\n")
 	}

@@ -76,10 +76,22 @@ func Inventory() ([]GPUInfo, error) {
 				}
 			}
 		}
-		fv := []nvml.FieldValue{{FieldId: nvml.FI_DEV_NVLINK_SPEED_MBPS_COMMON}}
-		if ret := d.GetFieldValues(fv); ret == nvml.SUCCESS && fv[0].NvmlReturn == uint32(nvml.SUCCESS) {
-			g.NVLinkSpeedMBps = int64(binary.LittleEndian.Uint32(fv[0].Value[:4]))
+		// Per-link speed: the common speed, else link 0's; some drivers
+		// (the H200 of docs/calibration.md) report neither, and the
+		// generation's line rate stands in.
+		for _, id := range []uint32{nvml.FI_DEV_NVLINK_SPEED_MBPS_COMMON, nvml.FI_DEV_NVLINK_SPEED_MBPS_L0} {
+			if g.NVLinks == 0 {
+				break
+			}
+			fv := []nvml.FieldValue{{FieldId: id}}
+			if ret := d.GetFieldValues(fv); ret == nvml.SUCCESS && fv[0].NvmlReturn == uint32(nvml.SUCCESS) {
+				if v := fieldUint(fv[0]); v > 0 {
+					g.NVLinkSpeedMBps = v
+					break
+				}
+			}
 		}
+		g.fillNVLinkSpeed()
 		if fi, ret := d.GetGpuFabricInfoV().V3(); ret == nvml.SUCCESS {
 			g.FabricState = fabricState(fi.State)
 			if fi.State == nvml.GPU_FABRIC_STATE_COMPLETED && fi.ClusterUuid != [16]uint8{} {
@@ -92,6 +104,15 @@ func Inventory() ([]GPUInfo, error) {
 		out = append(out, g)
 	}
 	return out, nil
+}
+
+// fieldUint reads an unsigned field value by its type.
+func fieldUint(f nvml.FieldValue) int64 {
+	switch nvml.ValueType(f.ValueType) {
+	case nvml.VALUE_TYPE_UNSIGNED_LONG, nvml.VALUE_TYPE_UNSIGNED_LONG_LONG, nvml.VALUE_TYPE_SIGNED_LONG_LONG:
+		return int64(binary.LittleEndian.Uint64(f.Value[:8]))
+	}
+	return int64(binary.LittleEndian.Uint32(f.Value[:4]))
 }
 
 func fabricState(s uint8) string {
