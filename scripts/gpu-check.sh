@@ -15,6 +15,10 @@ step "kernel throughput (m2n)"; bin/native.test -test.run '^$' -test.bench GPU -
 step "kernel throughput (PyTorch)"; python3 scripts/torch_pack.py
 step "paper scenario, loopback, scale $SCALE"
 bin/m2n run --scale "$SCALE" --json paper-ffn-moe > "$OUT/run-copy.json" && bin/m2n run --scale "$SCALE" --iters 3 --point rho=2 paper-ffn-moe
+step "a whole-model refit, shrunk: qwen3-235b-128 at scale 0.002"
+bin/m2n run --scale 0.002 --iters 3 --route hierarchical,nemo-legacy qwen3-235b-128
+step "legacy path in PyTorch (one GPU: a smoke test of the script)"
+torchrun --nproc-per-node 1 scripts/torch_legacy.py --sources 1 --tp 1 --experts 16 2>&1 | tail -2
 step "paper scenario, loopback over NCCL self send/recv, rho=2"
 bin/m2n run --scale "$SCALE" --transport nccl --graph=false --point rho=2 --json paper-ffn-moe > "$OUT/run-nccl.json"; tail -c 2000 "$OUT/run-nccl.json"
 } 2>&1 | tee "$OUT/log.txt"

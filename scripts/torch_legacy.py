@@ -9,6 +9,9 @@ rank, each keeping its slot.
 
 Run one process per GPU, e.g. on 8 GPUs with 2 sources:
   torchrun --nproc-per-node 8 scripts/torch_legacy.py --sources 2 --tp 2
+or colocated on 2 GPUs (every rank a source and a destination), as
+scenarios/paper-2gpu.toml:
+  torchrun --nproc-per-node 2 scripts/torch_legacy.py --sources 2 --tp 1
 Prints the median time of the two collectives and checks every byte.
 """
 import argparse
@@ -29,7 +32,9 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     src_ranks = list(range(args.sources))
-    dst_ranks = list(range(args.sources, world)) or [0]
+    # Destinations: the ranks after the sources, or every rank when the
+    # sources are all of them (colocated).
+    dst_ranks = list(range(args.sources, world)) if args.sources < world else list(range(world))
     src_group = dist.new_group(src_ranks)
     bcast_ranks = sorted(set([0] + dst_ranks))
     bcast_group = dist.new_group(bcast_ranks)

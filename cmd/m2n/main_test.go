@@ -50,6 +50,8 @@ func TestGolden(t *testing.T) {
 		{"sim-uneven-json", []string{"sim", "--json", "testdata/scenarios/uneven.toml"}},
 		{"sim-trace-needs-one", []string{"sim", "--trace", "t.json", "paper-ffn-moe"}},
 		{"sim-ir-needs-topology", []string{"sim", "--ir", "x.json"}},
+		{"sim-paper-2gpu-references", []string{"sim", "paper-2gpu"}},
+		{"run-nccl-graph-refused", []string{"run", "--backend", "nccl", "--graph", "paper-2gpu"}},
 		{"sim-workload-tiny", []string{"sim", "testdata/scenarios/workload-tiny.toml"}},
 		{"plan-workload-check", []string{"plan", "--check", "--route", "nemo-legacy,hierarchical", "testdata/scenarios/workload-tiny.toml"}},
 		{"workload-bad-ep", []string{"plan", "testdata/scenarios/workload-bad-ep.toml"}},
