@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -204,6 +205,14 @@ func modelLoader(dir string) scenario.ModelLoader {
 		}
 		return path, b, nil
 	}
+}
+
+// printJSON writes v to w as indented JSON: the --json output of every
+// command.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 func oneScenarioArg(pos []string) (string, error) {

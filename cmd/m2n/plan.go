@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"text/tabwriter"
 
@@ -90,15 +89,7 @@ of each route; print a summary of both.`)
 	if err != nil {
 		return err
 	}
-	arg, err := oneScenarioArg(pos)
-	if err != nil {
-		return err
-	}
-	sc, err := loadScenario(arg)
-	if err != nil {
-		return err
-	}
-	points, err := sel.resolve(sc)
+	sc, points, err := sel.load(pos)
 	if err != nil {
 		return err
 	}
@@ -188,9 +179,7 @@ of each route; print a summary of both.`)
 		}
 	}
 	if *asJSON {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(out); err != nil {
+		if err := printJSON(e.stdout, out); err != nil {
 			return err
 		}
 	} else if err := printPlan(e, sc.Name, sc.Description, out, labels, *check); err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -40,30 +39,16 @@ their old versions together.`)
 	if *outDir == "" {
 		return usagef("report: -o DIR is required: the folder to write the report into")
 	}
-	arg, err := oneScenarioArg(pos)
-	if err != nil {
-		return err
-	}
-	sc, err := loadScenario(arg)
-	if err != nil {
-		return err
-	}
-	points, err := sel.resolve(sc)
+	sc, points, err := sel.load(pos)
 	if err != nil {
 		return err
 	}
 	out := simOutput{Scenario: sc.Name}
-	var jobs []simJob
-	for _, p := range points {
-		routes, err := sel.routesOf(p)
-		if err != nil {
-			return err
-		}
-		out.Topology = p.Topology.Preset
-		for _, r := range routes {
-			jobs = append(jobs, simJob{point: p, route: r, refs: sc.References})
-		}
+	jobs, tpName, err := simJobs(sc, points, &sel)
+	if err != nil {
+		return err
 	}
+	out.Topology = tpName
 	// A progress line on a terminal, rewritten in place and cleared at the
 	// end; nothing when stderr is a file or a pipe.
 	var progress func(done, total int, j simJob)
@@ -89,9 +74,7 @@ their old versions together.`)
 		return err
 	}
 	if *asJSON {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		return printJSON(e.stdout, out)
 	}
 	fmt.Fprintf(e.stdout, "report of %s (%d simulations) written to %s:\n", sc.Name, len(recs), *outDir)
 	for _, f := range files {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -118,19 +117,11 @@ process per GPU under torchrun, srun or mpirun.`)
 		jobs = append(jobs, job{route: j.route, s: j.sched, tp: j.tp})
 		out.Scenario = *irIn
 	} else {
-		arg, err := oneScenarioArg(pos)
-		if err != nil {
-			return err
-		}
-		sc, err := loadScenario(arg)
+		sc, points, err := sel.load(pos)
 		if err != nil {
 			return err
 		}
 		out.Scenario = sc.Name
-		points, err := sel.resolve(sc)
-		if err != nil {
-			return err
-		}
 		for _, p := range points {
 			routes, err := sel.routesOf(p)
 			if err != nil {
@@ -211,9 +202,7 @@ process per GPU under torchrun, srun or mpirun.`)
 		out.Records = append(out.Records, rec)
 	}
 	if *asJSON {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(out); err != nil {
+		if err := printJSON(e.stdout, out); err != nil {
 			return err
 		}
 	} else {
@@ -272,9 +261,7 @@ one); then the [topology] table m2n would use for them.`)
 		for _, g := range gpus {
 			out = append(out, gj{g, g.Domain(), g.NVLinkGBps()})
 		}
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"gpus": out, "topology_toml": native.TopologyTOML(gpus)})
+		return printJSON(e.stdout, map[string]any{"gpus": out, "topology_toml": native.TopologyTOML(gpus)})
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "gpu\tname\tmemory\tpci\tnvlink links\tper link\tremote\tfabric\tdomain")

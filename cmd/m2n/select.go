@@ -31,6 +31,24 @@ func (sel *selection) register(fs *flags) {
 	fs.Float64Var(&sel.scale, "scale", 1, "shrink dim 0 of every tensor by this factor in (0, 1], to fit small machines")
 }
 
+// load reads the one scenario the positional arguments name (none: the
+// default) and resolves its selected points.
+func (sel *selection) load(pos []string) (*scenario.Scenario, []*scenario.Point, error) {
+	arg, err := oneScenarioArg(pos)
+	if err != nil {
+		return nil, nil, err
+	}
+	sc, err := loadScenario(arg)
+	if err != nil {
+		return nil, nil, err
+	}
+	points, err := sel.resolve(sc)
+	if err != nil {
+		return nil, nil, err
+	}
+	return sc, points, nil
+}
+
 // resolve loads the selected points of a scenario, scaled.
 func (sel *selection) resolve(sc *scenario.Scenario) ([]*scenario.Point, error) {
 	all, err := sc.Points()

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -92,28 +91,13 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 		out.Scenario, out.Topology = *irIn, tpName
 		jobs = append(jobs, j)
 	} else {
-		arg, err := oneScenarioArg(pos)
-		if err != nil {
-			return err
-		}
-		sc, err := loadScenario(arg)
-		if err != nil {
-			return err
-		}
-		points, err := sel.resolve(sc)
+		sc, points, err := sel.load(pos)
 		if err != nil {
 			return err
 		}
 		out.Scenario = sc.Name
-		for _, p := range points {
-			routes, err := sel.routesOf(p)
-			if err != nil {
-				return err
-			}
-			out.Topology = p.Topology.Preset
-			for _, r := range routes {
-				jobs = append(jobs, simJob{point: p, route: r, refs: sc.References})
-			}
+		if jobs, out.Topology, err = simJobs(sc, points, &sel); err != nil {
+			return err
 		}
 	}
 	if (*trace != "" || *flowsOut != "") && len(jobs) != 1 {
@@ -148,9 +132,7 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 		}
 	}
 	if *asJSON {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		return printJSON(e.stdout, out)
 	}
 	return printSim(e, out, *ideal)
 }
@@ -163,6 +145,24 @@ type simJob struct {
 	// from an IR file
 	sched *ir.Schedule
 	tp    *topo.Topology
+}
+
+// simJobs is every selected route at every point, and the topology preset
+// of the points (the last one's).
+func simJobs(sc *scenario.Scenario, points []*scenario.Point, sel *selection) ([]simJob, string, error) {
+	var jobs []simJob
+	preset := ""
+	for _, p := range points {
+		routes, err := sel.routesOf(p)
+		if err != nil {
+			return nil, "", err
+		}
+		preset = p.Topology.Preset
+		for _, r := range routes {
+			jobs = append(jobs, simJob{point: p, route: r, refs: sc.References})
+		}
+	}
+	return jobs, preset, nil
 }
 
 func irJob(path, preset string) (simJob, string, error) {
