@@ -228,19 +228,8 @@ func (f *fluid) solve() []change {
 	unfrozen := len(f.compFlow)
 	level := 0.0
 	for unfrozen > 0 {
-		// The next level is where the first active resource saturates.
-		next := math.Inf(1)
-		keep := active[:0]
-		for _, r := range active {
-			if f.count[r] == 0 {
-				continue
-			}
-			keep = append(keep, r)
-			if l := level + f.left[r]/f.weight[r]; l < next {
-				next = l
-			}
-		}
-		active = keep
+		var next float64
+		active, next = f.nextSaturation(active, level)
 		for _, id := range f.capped {
 			if fl := &f.flows[id]; !fl.frozen && fl.limit < next {
 				next = fl.limit
@@ -288,6 +277,24 @@ func (f *fluid) solve() []change {
 		}
 	}
 	return f.changed
+}
+
+// nextSaturation drops from active the resources with no unfrozen flow
+// left and returns the rest with the level at which the first of them
+// saturates (+Inf when none is left).
+func (f *fluid) nextSaturation(active []int32, level float64) ([]int32, float64) {
+	next := math.Inf(1)
+	keep := active[:0]
+	for _, r := range active {
+		if f.count[r] == 0 {
+			continue
+		}
+		keep = append(keep, r)
+		if l := level + f.left[r]/f.weight[r]; l < next {
+			next = l
+		}
+	}
+	return keep, next
 }
 
 // stamp starts a new marking epoch and returns it.
@@ -453,18 +460,8 @@ func (f *fluid) fillLocal(S, R []int32) {
 	unfrozen := len(S)
 	level := 0.0
 	for unfrozen > 0 {
-		next := math.Inf(1)
-		keep := active[:0]
-		for _, r := range active {
-			if f.count[r] == 0 {
-				continue
-			}
-			keep = append(keep, r)
-			if l := level + f.left[r]/f.weight[r]; l < next {
-				next = l
-			}
-		}
-		active = keep
+		var next float64
+		active, next = f.nextSaturation(active, level)
 		for _, id := range f.capped {
 			if fl := &f.flows[id]; !f.nfrz[id] && fl.limit < next {
 				next = fl.limit
