@@ -96,20 +96,12 @@ func TestGPULoopbackRandom(t *testing.T) {
 	}
 }
 
-func seq(a, n int) []int {
-	out := make([]int, n)
-	for i := range out {
-		out[i] = a + i
-	}
-	return out
-}
-
 // paperTensor is the paper's layer with experts scaled by 1/f.
 func paperTensor(rho int, experts int64) []ir.Tensor {
 	shape := []int64{experts, 2048, 7168}
 	return []ir.Tensor{{Name: "gate_proj",
-		Src: layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{16}, Ranks: seq(0, 16)}, Placements: []layout.Placement{layout.S(0)}},
-		Dst: layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{rho, 8}, Ranks: seq(72, 8*rho)}, Placements: []layout.Placement{layout.R, layout.S(1)}},
+		Src: layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{16}, Ranks: layout.RankRange(0, 16)}, Placements: []layout.Placement{layout.S(0)}},
+		Dst: layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{rho, 8}, Ranks: layout.RankRange(72, 8*rho)}, Placements: []layout.Placement{layout.R, layout.S(1)}},
 	}}
 }
 

@@ -15,20 +15,12 @@ import (
 	"github.com/m2n-project/m2n/plan/ir"
 )
 
-func seq(a, n int) []int {
-	out := make([]int, n)
-	for i := range out {
-		out[i] = a + i
-	}
-	return out
-}
-
 func paperTensors(rho int) []ir.Tensor {
 	shape := []int64{256, 2048, 7168}
 	return []ir.Tensor{{
 		Name: "gate_proj",
-		Src:  layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{16}, Ranks: seq(0, 16)}, Placements: []layout.Placement{layout.S(0)}},
-		Dst:  layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{rho, 8}, Ranks: seq(72, 8*rho)}, Placements: []layout.Placement{layout.R, layout.S(1)}},
+		Src:  layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{16}, Ranks: layout.RankRange(0, 16)}, Placements: []layout.Placement{layout.S(0)}},
+		Dst:  layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{rho, 8}, Ranks: layout.RankRange(72, 8*rho)}, Placements: []layout.Placement{layout.R, layout.S(1)}},
 	}}
 }
 
@@ -88,8 +80,8 @@ func BenchmarkBuildBatch(b *testing.B) {
 
 func batchTensors(n int) []ir.Tensor {
 	shape := []int64{4096, 1024}
-	src := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{16, 8}, Ranks: seq(0, 128)}, Placements: []layout.Placement{layout.R, layout.S(0)}}
-	dst := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{16, 8}, Ranks: seq(144, 128)}, Placements: []layout.Placement{layout.R, layout.S(1)}}
+	src := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{16, 8}, Ranks: layout.RankRange(0, 128)}, Placements: []layout.Placement{layout.R, layout.S(0)}}
+	dst := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{16, 8}, Ranks: layout.RankRange(144, 128)}, Placements: []layout.Placement{layout.R, layout.S(1)}}
 	out := make([]ir.Tensor, n)
 	for i := range out {
 		out[i] = ir.Tensor{Name: fmt.Sprintf("t%d", i), Src: src, Dst: dst}

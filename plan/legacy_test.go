@@ -19,7 +19,7 @@ import (
 func TestLegacyRing(t *testing.T) {
 	tp, _ := topo.Preset("gb200-nvl72")
 	tp.Domains = 4
-	dst := seq(144, 128) // two domains of 64 (GPUs 144-215, 216-271)
+	dst := layout.RankRange(144, 128) // two domains of 64 (GPUs 144-215, 216-271)
 	roots := []int{0, 16, 32, 48, 72, 88, 104, 120}
 	pairs := map[[2]int]int{}
 	entries := map[int]int{}
@@ -124,7 +124,7 @@ func TestWorkloadRoutesExact(t *testing.T) {
 				}
 			}
 		}
-		tr.Ranks = seq(0, tr.World())
+		tr.Ranks = layout.RankRange(0, tr.World())
 		gen := workload.VLLM{TP: []int{1, 2, 4}[rng.IntN(3)], DP: 1 + rng.IntN(2), EP: 1}
 		if c.Experts > 0 && rng.IntN(2) == 0 {
 			gen.EP = gen.TP * gen.DP
@@ -133,7 +133,7 @@ func TestWorkloadRoutesExact(t *testing.T) {
 		if rng.IntN(3) == 0 { // colocated: the generator overlaps the trainer
 			first = rng.IntN(tr.World())
 		}
-		gen.Ranks = seq(first, gen.World())
+		gen.Ranks = layout.RankRange(first, gen.World())
 		spec := workload.Spec{Config: c, DType: layout.BF16, Trainer: tr, Generator: gen, BucketBytes: []int64{0, 64, 1 << 10}[rng.IntN(3)]}
 		ws, err := spec.Tensors()
 		if err != nil {

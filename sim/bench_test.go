@@ -65,7 +65,7 @@ func BenchmarkEvents(b *testing.B) {
 func BenchmarkAllToAllNVL72(b *testing.B) {
 	n := int64(72 * 64)
 	shape := []int64{n, n * 32}
-	ranks := seq(0, 72)
+	ranks := layout.RankRange(0, 72)
 	src := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{72}, Ranks: ranks}, Placements: []layout.Placement{layout.S(0)}}
 	dst := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{72}, Ranks: ranks}, Placements: []layout.Placement{layout.S(1)}}
 	tp := nvl72(1)

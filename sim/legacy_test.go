@@ -27,9 +27,9 @@ func TestLegacySOL(t *testing.T) {
 		for k := range 1 + rng.IntN(6) {
 			p := rng.IntN(stages)
 			shape := []int64{int64(4 + rng.IntN(40)), int64(8 + rng.IntN(64))}
-			src := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{per}, Ranks: seq(p*per, per)},
+			src := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{per}, Ranks: layout.RankRange(p*per, per)},
 				Placements: []layout.Placement{[]layout.Placement{layout.R, layout.S(0), layout.S(1)}[rng.IntN(3)]}}
-			dst := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{gen}, Ranks: seq(stages*per, gen)},
+			dst := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{gen}, Ranks: layout.RankRange(stages*per, gen)},
 				Placements: []layout.Placement{[]layout.Placement{layout.R, layout.S(0), layout.S(1)}[rng.IntN(3)]}}
 			tensors = append(tensors, ir.Tensor{Name: string(rune('a' + k)), Src: src, Dst: dst})
 		}

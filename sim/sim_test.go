@@ -12,20 +12,12 @@ import (
 	"github.com/m2n-project/m2n/plan/ir"
 )
 
-func seq(a, n int) []int {
-	out := make([]int, n)
-	for i := range out {
-		out[i] = a + i
-	}
-	return out
-}
-
 func paper(rho int) []ir.Tensor {
 	shape := []int64{256, 2048, 7168}
 	return []ir.Tensor{{
 		Name: "gate_proj",
-		Src:  layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{16}, Ranks: seq(0, 16)}, Placements: []layout.Placement{layout.S(0)}},
-		Dst:  layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{rho, 8}, Ranks: seq(72, 8*rho)}, Placements: []layout.Placement{layout.R, layout.S(1)}},
+		Src:  layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{16}, Ranks: layout.RankRange(0, 16)}, Placements: []layout.Placement{layout.S(0)}},
+		Dst:  layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{rho, 8}, Ranks: layout.RankRange(72, 8*rho)}, Placements: []layout.Placement{layout.R, layout.S(1)}},
 	}}
 }
 
@@ -131,8 +123,8 @@ func TestCapacityRespected(t *testing.T) {
 	for range 30 {
 		rho := 1 + rng.IntN(4)
 		shape := []int64{int64(8 + rng.IntN(64)), int64(64 + rng.IntN(256))}
-		src := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{4}, Ranks: seq(0, 4)}, Placements: []layout.Placement{layout.S(rng.IntN(2))}}
-		dst := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{rho, 2}, Ranks: seq(6, 2*rho)}, Placements: []layout.Placement{layout.R, layout.S(rng.IntN(2))}}
+		src := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{4}, Ranks: layout.RankRange(0, 4)}, Placements: []layout.Placement{layout.S(rng.IntN(2))}}
+		dst := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{rho, 2}, Ranks: layout.RankRange(6, 2*rho)}, Placements: []layout.Placement{layout.R, layout.S(rng.IntN(2))}}
 		tp, _ := topo.Preset("hgx-h200")
 		tp.GPUsPerDomain, tp.Domains = 4, 4
 		for _, route := range plan.Routes {

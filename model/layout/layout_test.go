@@ -257,3 +257,9 @@ func TestForEachRun(t *testing.T) {
 		}
 	}
 }
+
+func ExampleRankRange() {
+	ranks := RankRange(72, 16)
+	fmt.Println(FormatRanks(ranks), len(ranks))
+	// Output: 72-87 16
+}

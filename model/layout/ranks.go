@@ -10,6 +10,15 @@ import (
 // as "0-1e9" is an error rather than an allocation of a billion ranks.
 const MaxRank = 1 << 20
 
+// RankRange is the n consecutive ranks first, first+1, ..., first+n-1.
+func RankRange(first, n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = first + i
+	}
+	return out
+}
+
 // ParseRanks reads a rank list such as "0-15" or "16-79,96": comma-separated
 // single ranks and inclusive ranges, in the order written. Duplicates are
 // kept (a mesh rejects them with a better message).

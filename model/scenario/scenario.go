@@ -463,10 +463,7 @@ func meshFrom(shape []int, ranks RankList, first *int) (layout.Mesh, error) {
 		if n > layout.MaxRank || *first > layout.MaxRank-n {
 			return m, fmt.Errorf("first_rank = %d with %d ranks runs past rank %d", *first, n, layout.MaxRank)
 		}
-		m.Ranks = make([]int, n)
-		for i := range m.Ranks {
-			m.Ranks[i] = *first + i
-		}
+		m.Ranks = layout.RankRange(*first, n)
 	default:
 		return m, errors.New("ranks: missing; give ranks (\"0-15\") or first_rank")
 	}

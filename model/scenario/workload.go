@@ -135,11 +135,7 @@ func ranksOf(ranks RankList, first *int, dp *int, per int) ([]int, int, error) {
 		if *first < 0 || total > layout.MaxRank || int64(*first) > layout.MaxRank-total {
 			return nil, 0, fmt.Errorf("first_rank = %d with %d ranks: outside [0, %d)", *first, total, layout.MaxRank)
 		}
-		out := make([]int, total)
-		for i := range out {
-			out[i] = *first + i
-		}
-		return out, n, nil
+		return layout.RankRange(*first, int(total)), n, nil
 	}
 	return nil, 0, errors.New("ranks: missing; give ranks (\"0-127\") or first_rank")
 }

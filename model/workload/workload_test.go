@@ -146,20 +146,12 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
-func seq(a, n int) []int {
-	out := make([]int, n)
-	for i := range out {
-		out[i] = a + i
-	}
-	return out
-}
-
 // dsv3Spec is the dsv3-256 scenario's refit.
 func dsv3Spec(t testing.TB) Spec {
 	return Spec{
 		Config: builtin(t, "deepseek-v3"), DType: layout.BF16, BucketBytes: DefaultBucketBytes,
-		Trainer:   Megatron{TP: 1, CP: 1, DP: 16, PP: 8, EP: 16, ETP: 1, Stages: []int{7, 8, 8, 8, 8, 8, 8, 6}, Ranks: seq(0, 128)},
-		Generator: VLLM{TP: 8, DP: 16, EP: 1, Ranks: seq(128, 128)},
+		Trainer:   Megatron{TP: 1, CP: 1, DP: 16, PP: 8, EP: 16, ETP: 1, Stages: []int{7, 8, 8, 8, 8, 8, 8, 6}, Ranks: layout.RankRange(0, 128)},
+		Generator: VLLM{TP: 8, DP: 16, EP: 1, Ranks: layout.RankRange(128, 128)},
 	}
 }
 
@@ -249,8 +241,8 @@ func TestDeepSeekV3Layouts(t *testing.T) {
 func TestFusedParts(t *testing.T) {
 	spec := Spec{
 		Config: builtin(t, "qwen3-235b-a22b"), DType: layout.BF16,
-		Trainer:   Megatron{TP: 2, CP: 2, DP: 4, PP: 4, EP: 16, ETP: 1, Stages: []int{23, 24, 24, 23}, Ranks: seq(0, 64)},
-		Generator: VLLM{TP: 8, DP: 8, EP: 1, Ranks: seq(72, 64)},
+		Trainer:   Megatron{TP: 2, CP: 2, DP: 4, PP: 4, EP: 16, ETP: 1, Stages: []int{23, 24, 24, 23}, Ranks: layout.RankRange(0, 64)},
+		Generator: VLLM{TP: 8, DP: 8, EP: 1, Ranks: layout.RankRange(72, 64)},
 	}
 	ts, err := spec.Tensors()
 	if err != nil {
@@ -287,20 +279,20 @@ func TestLayoutErrors(t *testing.T) {
 		edit func(s *Spec)
 		err  string
 	}{
-		{"ep", func(s *Spec) { s.Trainer.EP, s.Trainer.DP, s.Trainer.Ranks = 3, 3, seq(0, 24) }, "trainer.ep = 3: does not divide the 256 routed experts (n_routed_experts)"},
-		{"pp > layers", func(s *Spec) { s.Trainer.PP, s.Trainer.Stages, s.Trainer.Ranks = 64, nil, seq(0, 1024) }, "trainer.pp = 64: more pipeline stages than the model's 61 layers"},
+		{"ep", func(s *Spec) { s.Trainer.EP, s.Trainer.DP, s.Trainer.Ranks = 3, 3, layout.RankRange(0, 24) }, "trainer.ep = 3: does not divide the 256 routed experts (n_routed_experts)"},
+		{"pp > layers", func(s *Spec) { s.Trainer.PP, s.Trainer.Stages, s.Trainer.Ranks = 64, nil, layout.RankRange(0, 1024) }, "trainer.pp = 64: more pipeline stages than the model's 61 layers"},
 		{"uneven pp", func(s *Spec) { s.Trainer.Stages = nil }, "trainer.pp = 8: does not divide the 61 layers (num_hidden_layers); list the layers of each stage in stages"},
 		{"stage sum", func(s *Spec) { s.Trainer.Stages = []int{8, 8, 8, 8, 8, 8, 8, 6} }, "trainer.stages [8 8 8 8 8 8 8 6]: sum to 62 layers, but the model has 61"},
 		{"stage count", func(s *Spec) { s.Trainer.Stages = []int{30, 31} }, "trainer.stages: 2 stages listed, but pp = 8"},
 		{"empty stage", func(s *Spec) { s.Trainer.Stages = []int{0, 8, 8, 8, 8, 8, 8, 13} }, "trainer.stages[0] = 0: every stage needs at least one layer"},
 		{"trainer tp heads", func(s *Spec) { s.Trainer.TP, s.Trainer.DP = 3, 16 }, "trainer.ranks: 128 ranks, but tp x cp x dp x pp = 3 x 1 x 16 x 8 = 384"},
 		{"trainer tp heads 2", func(s *Spec) {
-			s.Trainer.TP, s.Trainer.DP, s.Trainer.EP, s.Trainer.Ranks = 3, 16, 16, seq(0, 384)
+			s.Trainer.TP, s.Trainer.DP, s.Trainer.EP, s.Trainer.Ranks = 3, 16, 16, layout.RankRange(0, 384)
 		}, "trainer.tp = 3: does not divide num_attention_heads = 128"},
 		{"ep x etp", func(s *Spec) { s.Trainer.ETP = 2 }, "trainer.ep x etp = 16 x 2: does not divide the 16 ranks of a stage"},
-		{"generator tp heads", func(s *Spec) { s.Generator.TP, s.Generator.DP, s.Generator.Ranks = 6, 1, seq(128, 6) }, "generator.tp = 6: does not divide num_attention_heads = 128"},
+		{"generator tp heads", func(s *Spec) { s.Generator.TP, s.Generator.DP, s.Generator.Ranks = 6, 1, layout.RankRange(128, 6) }, "generator.tp = 6: does not divide num_attention_heads = 128"},
 		{"generator ep", func(s *Spec) { s.Generator.EP = 8 }, "generator.ep = 8: vLLM's expert parallelism spans every rank; give ep = 1 (off) or tp x dp = 128"},
-		{"generator ranks", func(s *Spec) { s.Generator.Ranks = seq(128, 100) }, "generator.ranks: 100 ranks, but tp x dp = 8 x 16 = 128"},
+		{"generator ranks", func(s *Spec) { s.Generator.Ranks = layout.RankRange(128, 100) }, "generator.ranks: 100 ranks, but tp x dp = 8 x 16 = 128"},
 		{"zero size", func(s *Spec) { s.Trainer.CP = 0 }, "trainer.cp = 0: must be at least 1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -374,8 +366,8 @@ func TestLayoutsDivideModel(t *testing.T) {
 				gep = gtp * gdp
 			}
 			m := Megatron{TP: tp, CP: cp, DP: dp, PP: pp, EP: ep, ETP: etp}
-			m.Ranks = seq(0, m.World())
-			g := VLLM{TP: gtp, DP: gdp, EP: gep, Ranks: seq(m.World(), gtp*gdp)}
+			m.Ranks = layout.RankRange(0, m.World())
+			g := VLLM{TP: gtp, DP: gdp, EP: gep, Ranks: layout.RankRange(m.World(), gtp*gdp)}
 			spec := Spec{Config: c, DType: layout.BF16, Trainer: m, Generator: g, BucketBytes: int64(rng.IntN(3)) << 24}
 			ts, err := spec.Tensors()
 			if err != nil {
@@ -462,11 +454,11 @@ func FuzzTensors(f *testing.F) {
 		clamp := func(v int) int { return min(max(v, -1), 64) }
 		m := Megatron{TP: clamp(tp), CP: clamp(cp), DP: clamp(dp), PP: clamp(pp), EP: clamp(ep), ETP: clamp(etp)}
 		if m.TP > 0 && m.CP > 0 && m.DP > 0 && m.PP > 0 {
-			m.Ranks = seq(0, m.World())
+			m.Ranks = layout.RankRange(0, m.World())
 		}
 		g := VLLM{TP: clamp(gtp), DP: clamp(gdp), EP: clamp(gep)}
 		if g.TP > 0 && g.DP > 0 {
-			g.Ranks = seq(len(m.Ranks), g.World())
+			g.Ranks = layout.RankRange(len(m.Ranks), g.World())
 		}
 		spec := Spec{Config: c, DType: layout.BF16, Trainer: m, Generator: g, BucketBytes: 1 << 20}
 		ts, err := spec.Tensors()
