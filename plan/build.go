@@ -367,16 +367,15 @@ func (b *builder) boxAsBox(buf int32, g layout.Box) ir.Region {
 	return ir.Region{Buf: buf, Bytes: g.Elems() * b.elem(B.Tensor), BoxRef: b.addBox(b.sub(B.Box, g))}
 }
 
-// Chunks splits a box into pieces of at most chunkBytes: along the
-// outermost dim whose single index fits in a chunk, with every outer dim
-// taken one index at a time. Each piece is contiguous in a row-major array
-// whose inner dims the box spans fully.
-func Chunks(g layout.Box, elem, chunkBytes int64) []layout.Box {
+// chunkGrid is how Chunks cuts a box: the dim d it splits (the outermost
+// whose single index fits in a chunk, else the innermost), the indices of d
+// a chunk holds at most (per), and the pieces of d per index of the outer
+// dims.
+func chunkGrid(g layout.Box, elem, chunkBytes int64) (d int, per, pieces int64) {
 	nd := g.Rank()
-	// rows[d] is the bytes of one index of dim d.
-	d := 0
+	row := elem // the bytes of one index of dim d
 	for ; d < nd; d++ {
-		row := elem
+		row = elem
 		for k := d + 1; k < nd; k++ {
 			row *= g.Size[k]
 		}
@@ -385,15 +384,20 @@ func Chunks(g layout.Box, elem, chunkBytes int64) []layout.Box {
 		}
 	}
 	if d == nd {
-		d = nd - 1
+		d, row = nd-1, elem
 	}
-	row := elem
-	for k := d + 1; k < nd; k++ {
-		row *= g.Size[k]
-	}
-	per := max(chunkBytes/row, 1)
+	per = max(chunkBytes/row, 1)
+	return d, per, (g.Size[d] + per - 1) / per
+}
+
+// Chunks splits a box into pieces of at most chunkBytes: along the
+// outermost dim whose single index fits in a chunk, with every outer dim
+// taken one index at a time. Each piece is contiguous in a row-major array
+// whose inner dims the box spans fully.
+func Chunks(g layout.Box, elem, chunkBytes int64) []layout.Box {
+	nd := g.Rank()
+	d, per, pieces := chunkGrid(g, elem, chunkBytes)
 	// Balance the pieces of dim d: as many as needed, of near-equal size.
-	pieces := (g.Size[d] + per - 1) / per
 	per = (g.Size[d] + pieces - 1) / pieces
 	n := pieces
 	for k := range d {

@@ -227,24 +227,7 @@ func (b *builder) reserveLegacy() {
 
 // chunkCount is len(Chunks(g, elem, chunkBytes)), without building them.
 func chunkCount(g layout.Box, elem, chunkBytes int64) int {
-	nd := g.Rank()
-	d := 0
-	row := elem
-	for ; d < nd; d++ {
-		row = elem
-		for k := d + 1; k < nd; k++ {
-			row *= g.Size[k]
-		}
-		if row <= chunkBytes {
-			break
-		}
-	}
-	if d == nd {
-		d = nd - 1
-		row = elem
-	}
-	per := max(chunkBytes/row, 1)
-	n := (g.Size[d] + per - 1) / per
+	d, _, n := chunkGrid(g, elem, chunkBytes)
 	for k := range d {
 		n *= g.Size[k]
 	}

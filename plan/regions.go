@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/m2n-project/m2n/model/layout"
@@ -133,7 +134,7 @@ func Derive(src, dst layout.Layout) (*Regions, error) {
 	if err := dst.Validate(); err != nil {
 		return nil, fmt.Errorf("destination layout: %w", err)
 	}
-	if !equalShape(src.Shape, dst.Shape) {
+	if !slices.Equal(src.Shape, dst.Shape) {
 		return nil, fmt.Errorf("source shape %v and destination shape %v differ", src.Shape, dst.Shape)
 	}
 	if src.DType != dst.DType {
@@ -319,18 +320,6 @@ func slots(l layout.Layout) ([]layout.DimPartition, []int, []Slot) {
 		out = append(out, Slot{Box: b, Ranks: ranksByID[id]})
 	}
 	return parts, ids, out
-}
-
-func equalShape(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // Digest is a SHA-256 over a canonical encoding of the layouts and every

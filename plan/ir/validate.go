@@ -91,7 +91,7 @@ func (v *validator) structure() error {
 				}
 			}
 		}
-		if !sameShape(t.Src.Shape, t.Dst.Shape) || t.Src.DType != t.Dst.DType {
+		if !slices.Equal(t.Src.Shape, t.Dst.Shape) || t.Src.DType != t.Dst.DType {
 			return fmt.Errorf("tensors[%d] (%s): source and destination differ in shape or dtype", i, t.Name)
 		}
 	}
@@ -269,7 +269,7 @@ func (v *validator) op(i int32) error {
 			return v.opErr(i, "unpack copies a byte range to a box")
 		case op.Kind == Copy && op.Src.IsBox() != op.Dst.IsBox():
 			return v.opErr(i, "copy joins two byte ranges or two boxes")
-		case op.Kind == Copy && op.Src.IsBox() && !sameShape(s.Box(op.Src).Size, s.Box(op.Dst).Size):
+		case op.Kind == Copy && op.Src.IsBox() && !slices.Equal(s.Box(op.Src).Size, s.Box(op.Dst).Size):
 			return v.opErr(i, "copy boxes differ in size: %v and %v", s.Box(op.Src).Size, s.Box(op.Dst).Size)
 		}
 		if op.Peer != -1 || op.Match != -1 {
@@ -399,18 +399,6 @@ func meshIndex(m layout.Mesh, rank int) int {
 		}
 	}
 	return -1
-}
-
-func sameShape(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // span is a half-open byte range of a buffer and the op that wrote it.
