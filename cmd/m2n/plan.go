@@ -1,10 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"text/tabwriter"
 
 	"github.com/m2n-project/m2n/model/units"
@@ -170,12 +170,8 @@ of each route; print a summary of both.`)
 		}
 	}
 	if *irFile != "" {
-		var buf bytes.Buffer
-		if err := ir.Encode(&buf, irSchedules[0]); err != nil {
+		if err := encodeFileAtomic("--ir", *irFile, func(w io.Writer) error { return ir.Encode(w, irSchedules[0]) }); err != nil {
 			return err
-		}
-		if err := writeFileAtomic(*irFile, buf.Bytes()); err != nil {
-			return fmt.Errorf("--ir: %w", err)
 		}
 	}
 	if *asJSON {

@@ -246,25 +246,3 @@ func writeReport(dir string, files []reports.File) error {
 	}
 	return nil
 }
-
-// stageFile writes data to a new temporary file in dir, named after name,
-// and returns its path.
-func stageFile(dir, name string, data []byte) (string, error) {
-	f, err := os.CreateTemp(dir, "."+name+".tmp*")
-	if err != nil {
-		return "", err
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp, 0o644)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return "", err
-	}
-	return tmp, nil
-}

@@ -1,9 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -113,21 +113,13 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 		}
 		out.Records = append(out.Records, rec)
 		if *trace != "" {
-			var buf bytes.Buffer
-			if err := sim.WriteTrace(&buf, s, res); err != nil {
+			if err := encodeFileAtomic("--trace", *trace, func(w io.Writer) error { return sim.WriteTrace(w, s, res) }); err != nil {
 				return err
-			}
-			if err := writeFileAtomic(*trace, buf.Bytes()); err != nil {
-				return fmt.Errorf("--trace: %w", err)
 			}
 		}
 		if *flowsOut != "" {
-			var buf bytes.Buffer
-			if err := sim.WriteFlows(&buf, s, res); err != nil {
+			if err := encodeFileAtomic("--flows", *flowsOut, func(w io.Writer) error { return sim.WriteFlows(w, s, res) }); err != nil {
 				return err
-			}
-			if err := writeFileAtomic(*flowsOut, buf.Bytes()); err != nil {
-				return fmt.Errorf("--flows: %w", err)
 			}
 		}
 	}
