@@ -109,7 +109,7 @@ type builder struct {
 	unpackLast      map[int]int32  // rank -> last unpack or local copy
 	entered         map[string]int // hierarchical: contributions entered per replica set
 	led             map[string]int // hierarchical: leaders chosen per replica group of a domain
-	bcastRoots      RootOrder      // agbcast: broadcast roots in order of appearance
+	bcastRoots      rootOrder      // agbcast: broadcast roots in order of appearance
 
 	roots   []int           // nemo-legacy's broadcast roots, computed on first use
 	boxes   layout.BoxArena // backing store for boxes
@@ -170,7 +170,7 @@ func newBuilder(tp *topo.Topology, opt Options) *builder {
 		inputs: map[tr]int32{}, outputs: map[tr]int32{}, staging: map[int]int32{},
 		sendLast: map[pair]int32{}, recvLast: map[pair]int32{},
 		packLast: map[int]int32{}, unpackLast: map[int]int32{},
-		entered: map[string]int{}, led: map[string]int{}, bcastRoots: RootOrder{},
+		entered: map[string]int{}, led: map[string]int{}, bcastRoots: rootOrder{},
 	}
 }
 

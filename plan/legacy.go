@@ -25,7 +25,7 @@ const NemoLegacy = "nemo-legacy"
 //     (an out-of-place all-gather); a rank that holds it all gathers nothing.
 //  2. Broadcast: once the root (the first source rank) has finished its part
 //     of the all-gather, it broadcasts the whole tensor along a ring of the
-//     destination ranks ([LegacyRing]), chunk by chunk; each rank keeps its
+//     destination ranks ([legacyRing]), chunk by chunk; each rank keeps its
 //     slice (a replicated destination receives straight into its output).
 //
 // Tensors of different stages have different roots and run concurrently;
@@ -74,34 +74,19 @@ func (b *builder) legacy(ti int) {
 	// Ring segments: each holder of a slot passes it on to the ranks after
 	// it, up to the next holder.
 	type segment struct {
-		from   int   // ring position of the holder
-		to     []int // ring positions, in order
+		ringSegment
 		chunks []layout.Box
 	}
 	var segs []segment
 	longest := 0
 	for _, sl := range r.SrcSlots {
-		holders := make([]int, 0, len(sl.Ranks))
-		for _, rk := range sl.Ranks {
-			holders = append(holders, pos[rk])
-		}
-		sort.Ints(holders)
 		var chunks []layout.Box
-		for h, p := range holders {
-			next := holders[(h+1)%len(holders)] // a lone holder's segment is the whole ring
-			seg := segment{from: p}
-			for q := (p + 1) % n; q != next; q = (q + 1) % n {
-				seg.to = append(seg.to, q)
-			}
-			if len(seg.to) == 0 {
-				continue
-			}
+		for _, sg := range ringSegments(sl, pos, n) {
 			if chunks == nil {
 				chunks = Chunks(sl.Box, elem, b.s.ChunkBytes)
 			}
-			seg.chunks = chunks
-			segs = append(segs, seg)
-			longest = max(longest, len(seg.to))
+			segs = append(segs, segment{sg, chunks})
+			longest = max(longest, len(sg.to))
 		}
 	}
 
@@ -154,7 +139,7 @@ func (b *builder) legacy(ti int) {
 	}
 
 	// Broadcast from the root's gathered copy along the ring.
-	bring := LegacyRing(root, b.legacyRoots(), t.Dst.Mesh.Ranks, b.tp)
+	bring := legacyRing(root, b.legacyRoots(), t.Dst.Mesh.Ranks, b.tp)
 	chunks := Chunks(full, elem, b.s.ChunkBytes)
 	bufs := make([]int32, len(bring))
 	direct := make([]bool, len(bring))
@@ -204,6 +189,37 @@ func (b *builder) legacy(ti int) {
 	}
 }
 
+// ringSegment is the part of the source ring one holder of a source slot
+// passes the slot along in the all-gather: from the holder's ring position
+// to the positions after it, in order, up to the next holder.
+type ringSegment struct {
+	from int
+	to   []int
+}
+
+// ringSegments lists the non-empty segments of a source slot on the ring of
+// n ranks whose positions pos gives; a lone holder's segment is the whole
+// ring.
+func ringSegments(sl Slot, pos map[int]int, n int) []ringSegment {
+	holders := make([]int, 0, len(sl.Ranks))
+	for _, rk := range sl.Ranks {
+		holders = append(holders, pos[rk])
+	}
+	sort.Ints(holders)
+	var out []ringSegment
+	for h, p := range holders {
+		next := holders[(h+1)%len(holders)]
+		seg := ringSegment{from: p}
+		for q := (p + 1) % n; q != next; q = (q + 1) % n {
+			seg.to = append(seg.to, q)
+		}
+		if len(seg.to) > 0 {
+			out = append(out, seg)
+		}
+	}
+	return out
+}
+
 // reserveLegacy sizes the op list for the whole schedule up front: growing
 // a list of millions of ops by doubling copies it over and over.
 func (b *builder) reserveLegacy() {
@@ -238,15 +254,15 @@ func chunkCount(g layout.Box, elem, chunkBytes int64) int {
 // schedule's tensors, ascending, computed once.
 func (b *builder) legacyRoots() []int {
 	if b.roots == nil {
-		b.roots = LegacyRoots(b.s.Tensors)
+		b.roots = stageRoots(b.s.Tensors)
 	}
 	return b.roots
 }
 
-// LegacyRoots lists the distinct broadcast roots of the nemo-legacy route
+// stageRoots lists the distinct broadcast roots of the nemo-legacy route
 // (each tensor's first source rank: one per trainer pipeline stage),
 // ascending.
-func LegacyRoots(tensors []ir.Tensor) []int {
+func stageRoots(tensors []ir.Tensor) []int {
 	seen := map[int]bool{}
 	var out []int
 	for _, t := range tensors {
@@ -259,7 +275,7 @@ func LegacyRoots(tensors []ir.Tensor) []int {
 	return out
 }
 
-// LegacyRing orders the destination ranks (all but root) for root's ring
+// legacyRing orders the destination ranks (all but root) for root's ring
 // broadcast in the nemo-legacy route. Ranks go domain by domain, so only
 // the first hop and the hops between domains cross the network.
 //
@@ -273,7 +289,7 @@ func LegacyRoots(tensors []ir.Tensor) []int {
 // (1, 3, 5, ... for n = 64). The stages' rings then enter and leave the
 // domains through different GPUs, as NCCL spreads its rings over NICs, and
 // share no pair; NVLink is a full crossbar, so the stride costs nothing.
-func LegacyRing(root int, roots []int, dst []int, tp *topo.Topology) []int {
+func legacyRing(root int, roots []int, dst []int, tp *topo.Topology) []int {
 	k := sort.SearchInts(roots, root)
 	R := max(len(roots), 1)
 	byDom := map[int][]int{}

@@ -13,7 +13,7 @@ import (
 	"github.com/m2n-project/m2n/plan/ir"
 )
 
-// LegacyRing: every destination rank but the root once, domain by domain;
+// legacyRing: every destination rank but the root once, domain by domain;
 // the rings of different roots share no ordered pair of ranks and enter
 // and leave each domain through different ranks.
 func TestLegacyRing(t *testing.T) {
@@ -24,7 +24,7 @@ func TestLegacyRing(t *testing.T) {
 	pairs := map[[2]int]int{}
 	entries := map[int]int{}
 	for _, root := range roots {
-		ring := LegacyRing(root, roots, dst, tp)
+		ring := legacyRing(root, roots, dst, tp)
 		if len(ring) != len(dst) {
 			t.Fatalf("root %d: ring of %d ranks, want %d", root, len(ring), len(dst))
 		}

@@ -66,46 +66,16 @@ func (b *builder) hierarchical(ti int) {
 	r := b.regions[ti]
 	elem := b.elem(ti)
 	var ds []delivery
+	rot := hierRotation{b.entered, b.led}
 	for k, sl := range r.DstSlots {
-		// The slot's replicas by domain: domains ascending, replicas in mesh order.
-		byDom := map[int][]int{}
-		for i, d := range sl.Ranks {
-			dom := b.tp.Domain(d)
-			byDom[dom] = append(byDom[dom], i)
-		}
-		doms := make([]int, 0, len(byDom))
-		for dom := range byDom {
-			doms = append(doms, dom)
-		}
-		sort.Ints(doms)
-		q := len(doms)
-		// Entry domains and leaders rotate across the tensors of a batch too,
-		// per set of replicas, so tensors with one contribution do not all
-		// enter through the same rank.
-		slotKey := rankKey(sl.Ranks, nil)
+		h := newHierSlot(sl, b.tp)
+		q := len(h.doms)
 		lo, hi := r.SlotContribs(k)
 		for j := lo; j < hi; j++ {
 			c := &r.Contribs[j]
-			li, local := -1, false // the leader's replica index in the slot
-			for i, d := range sl.Ranks {
-				if r.SrcSlotOf(d) == c.Src {
-					li, local = i, true
-					break
-				}
-			}
-			e := 0 // the entry domain's index in doms
-			if local {
-				e = sort.SearchInts(doms, b.tp.Domain(sl.Ranks[li]))
-			} else {
-				e = (b.entered[slotKey] + k) % q
-				b.entered[slotKey]++
-				reps := byDom[doms[e]]
-				gk := rankKey(sl.Ranks, reps)
-				li = reps[b.led[gk]%len(reps)]
-				b.led[gk]++
-			}
+			e, li, local := rot.entry(r, k, j, h, b.tp)
 			ix := 0 // the leader's position among its domain's replicas
-			for p, i := range byDom[doms[e]] {
+			for p, i := range h.at(e, 0) {
 				if i == li {
 					ix = p
 				}
@@ -113,7 +83,7 @@ func (b *builder) hierarchical(ti int) {
 			// The receiving replica in each domain, ring order from the entry.
 			recv := make([]int, q)
 			for step := range q {
-				reps := byDom[doms[(e+step)%q]]
+				reps := h.at(e, step)
 				recv[step] = sl.Ranks[reps[ix%len(reps)]]
 			}
 			var hops []hop
@@ -121,7 +91,7 @@ func (b *builder) hierarchical(ti int) {
 				if step+1 < q {
 					hops = append(hops, hop{recv[step], recv[step+1]})
 				}
-				for _, i := range byDom[doms[(e+step)%q]] {
+				for _, i := range h.at(e, step) {
 					if d := sl.Ranks[i]; d != recv[step] {
 						hops = append(hops, hop{recv[step], d})
 					}
@@ -140,7 +110,82 @@ func (b *builder) hierarchical(ti int) {
 	b.deliver(ti, ds)
 }
 
-// BroadcastRing orders a broadcast's destination ranks (all but the root)
+// hierSlot is a destination slot's replicas grouped by NVLink domain, as
+// the hierarchical route and its bound see them: the domains ascending (the
+// ring the route forwards along) and, per domain, the replica indices in
+// mesh order.
+type hierSlot struct {
+	doms  []int
+	byDom map[int][]int
+	key   string // the slot's set of ranks, for the rotation across tensors
+}
+
+func newHierSlot(sl Slot, tp *topo.Topology) hierSlot {
+	h := hierSlot{byDom: map[int][]int{}, key: rankKey(sl.Ranks, nil)}
+	for i, d := range sl.Ranks {
+		dom := tp.Domain(d)
+		if _, ok := h.byDom[dom]; !ok {
+			h.doms = append(h.doms, dom)
+		}
+		h.byDom[dom] = append(h.byDom[dom], i)
+	}
+	sort.Ints(h.doms)
+	return h
+}
+
+// at returns the replica indices of the domain step places after entry
+// domain e on the ring.
+func (h hierSlot) at(e, step int) []int { return h.byDom[h.doms[(e+step)%len(h.doms)]] }
+
+// hierRotation is the hierarchical route's choice of entry domains and
+// leaders, carried across the tensors of a batch: contributions entered per
+// set of replicas, and leaders chosen per replica group of a domain.
+type hierRotation struct{ entered, led map[string]int }
+
+func newHierRotation() hierRotation { return hierRotation{map[string]int{}, map[string]int{}} }
+
+// entry chooses where contribution j of destination slot k enters the
+// destination: the entry domain's index in h.doms and the leader's replica
+// index. A replica that already holds the contribution leads in its own
+// domain (local: a local copy). Otherwise the entry domain rotates over the
+// domains, per set of replicas and across the tensors of a batch, so
+// tensors with one contribution do not all enter through the same rank, and
+// the leader is chosen round-robin among the entry domain's replicas, so
+// leader loads differ by at most one contribution.
+func (rot hierRotation) entry(r *Regions, k, j int, h hierSlot, tp *topo.Topology) (e, li int, local bool) {
+	sl := &r.DstSlots[k]
+	for i, d := range sl.Ranks {
+		if r.SrcSlotOf(d) == r.Contribs[j].Src {
+			return sort.SearchInts(h.doms, tp.Domain(d)), i, true
+		}
+	}
+	e = (rot.entered[h.key] + k) % len(h.doms)
+	rot.entered[h.key]++
+	reps := h.byDom[h.doms[e]]
+	gk := rankKey(sl.Ranks, reps)
+	li = reps[rot.led[gk]%len(reps)]
+	rot.led[gk]++
+	return e, li, false
+}
+
+// gatherSource is the replica of a source slot that agbcast's root gathers
+// it from: the root itself, else a replica in the root's domain, else the
+// first.
+func gatherSource(sl Slot, root int, tp *topo.Topology) int {
+	rootDom := tp.Domain(root)
+	s := sl.Ranks[0]
+	for _, rk := range sl.Ranks {
+		if rk == root {
+			return rk
+		}
+		if tp.Domain(rk) == rootDom && tp.Domain(s) != rootDom {
+			s = rk
+		}
+	}
+	return s
+}
+
+// broadcastRing orders a broadcast's destination ranks (all but the root)
 // into its ring: the root's domain first, then the other domains in order,
 // so that only the root's hop and domain-to-domain hops cross the network.
 // Within each domain the ring starts at an offset that depends on which
@@ -148,7 +193,7 @@ func (b *builder) hierarchical(ti int) {
 // spread as evenly as any number of roots allows (0, 1/2, 1/4, 3/4, 1/8, ...
 // of the way along), so broadcasts from different roots (one per pipeline
 // stage, say) enter each domain through different ranks.
-func BroadcastRing(dst []int, root int, tp *topo.Topology, k int) []int {
+func broadcastRing(dst []int, root int, tp *topo.Topology, k int) []int {
 	rootDom := tp.Domain(root)
 	var ring []int
 	for _, d := range dst {
@@ -193,12 +238,12 @@ func vanDerCorput(k int) float64 {
 	return v
 }
 
-// RootOrder numbers the distinct roots of broadcasts in order of first
-// appearance: the k that BroadcastRing takes.
-type RootOrder map[int]int
+// rootOrder numbers the distinct roots of broadcasts in order of first
+// appearance: the k that broadcastRing takes.
+type rootOrder map[int]int
 
 // Of returns the root's number, giving it the next one if new.
-func (o RootOrder) Of(root int) int {
+func (o rootOrder) Of(root int) int {
 	if k, ok := o[root]; ok {
 		return k
 	}
@@ -308,7 +353,6 @@ func (b *builder) agbcast(ti int) {
 	t := &b.s.Tensors[ti]
 	elem := b.elem(ti)
 	root := t.Src.Mesh.Ranks[0]
-	rootDom := b.tp.Domain(root)
 	full := layout.Box{Start: make([]int64, len(t.Src.Shape)), Size: append([]int64(nil), t.Src.Shape...)}
 	rootBuf := b.placed(ir.Staging, ti, root, full)
 
@@ -316,16 +360,7 @@ func (b *builder) agbcast(ti int) {
 	// root's domain, or its first replica.
 	var gather []int32 // the op that completes each source slot at the root
 	for _, sl := range r.SrcSlots {
-		s := sl.Ranks[0]
-		for _, rk := range sl.Ranks {
-			if rk == root {
-				s = rk
-				break
-			}
-			if b.tp.Domain(rk) == rootDom && b.tp.Domain(s) != rootDom {
-				s = rk
-			}
-		}
+		s := gatherSource(sl, root, b.tp)
 		dst, direct := b.boxIn(rootBuf, sl.Box)
 		if s == root {
 			src, _ := b.boxIn(b.input(ti, s), sl.Box)
@@ -348,7 +383,7 @@ func (b *builder) agbcast(ti int) {
 		gather = append(gather, b.op(ir.Unpack, root, []int32{recv}, stg, b.boxAsBox(rootBuf, sl.Box)))
 	}
 
-	ring := BroadcastRing(t.Dst.Mesh.Ranks, root, b.tp, b.bcastRoots.Of(root))
+	ring := broadcastRing(t.Dst.Mesh.Ranks, root, b.tp, b.bcastRoots.Of(root))
 	chunks := Chunks(full, elem, b.s.ChunkBytes)
 	bufs := make([]int32, len(ring))
 	for i, d := range ring {

@@ -1,4 +1,5 @@
 // Package sim is m2n's bandwidth-accurate, flow-level discrete-event
-// simulator of schedules, and the speed-of-light model of each route. It is
-// pure: no files, clocks, devices or global randomness.
+// simulator of schedules. It reads the Schedule IR alone (plan/ir), never
+// the planner; each route's speed-of-light bound lives beside the route, in
+// plan. It is pure: no files, clocks, devices or global randomness.
 package sim

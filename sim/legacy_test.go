@@ -42,7 +42,7 @@ func TestLegacySOL(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sol, err := Bound(plan.NemoLegacy, tensors, tp)
+		sol, err := plan.Bound(plan.NemoLegacy, tensors, tp)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,7 +55,7 @@ func TestLegacySOL(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, _ := Run(s, nvl72(2), Options{Ideal: true})
-	sol, _ := Bound(plan.NemoLegacy, paper(2), nvl72(2))
+	sol, _ := plan.Bound(plan.NemoLegacy, paper(2), nvl72(2))
 	B := 7168.0 * (1 << 20)
 	want := B/50e9 + 15*B/16/900e9
 	if got := sol.Time.Seconds(); got < want*(1-1e-9) || got > want*(1+1e-9) {

@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -27,30 +26,6 @@ func nvl72(domains int) *topo.Topology {
 	return t
 }
 
-// The SOL model reproduces DESIGN.md's formulas on the paper's case, with
-// exact bytes (7168 MiB) and decimal line rates: hierarchical B/(16 B_N),
-// flat rho B/(16 B_N), agbcast B/B_N.
-func TestSOLPaper(t *testing.T) {
-	B := 7168.0 * (1 << 20)
-	BN, BNVL := 50e9, 900e9
-	for _, rho := range []int{2, 4, 8} {
-		want := map[string]float64{
-			plan.Hierarchical: math.Max(math.Max(B/(16*BN), B/(8*float64(rho)*BN)), float64(rho-1)*B/(8*float64(rho)*BNVL)),
-			plan.Flat:         float64(rho) * B / (16 * BN),
-			plan.AGBcast:      B / BN,
-		}
-		for route, w := range want {
-			sol, err := Bound(route, paper(rho), nvl72(2))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := sol.Time.Seconds(); math.Abs(got-w) > 1e-9 {
-				t.Errorf("rho %d %s: SOL %v s (%s), want %v s", rho, route, got, sol.Term, w)
-			}
-		}
-	}
-}
-
 // With line rates and no latency, the simulated time of the paper's case
 // equals the SOL within 1% for every route.
 func TestIdealMatchesSOL(t *testing.T) {
@@ -64,7 +39,7 @@ func TestIdealMatchesSOL(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sol, _ := Bound(route, paper(rho), nvl72(2))
+			sol, _ := plan.Bound(route, paper(rho), nvl72(2))
 			ratio := float64(res.Makespan) / float64(sol.Time)
 			t.Logf("rho %d %-12s SOL %v modeled %v ratio %.4f bottleneck %s", rho, route, sol.Time, res.Makespan, ratio, res.Bottleneck.Name)
 			if ratio < 1-1e-9 || ratio > 1.01 {

@@ -57,7 +57,7 @@ func BenchmarkWorkload(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					if _, err := Bound(route, ts, p.Topology); err != nil {
+					if _, err := plan.Bound(route, ts, p.Topology); err != nil {
 						b.Fatal(err)
 					}
 					res, err := Run(s, p.Topology, Options{})

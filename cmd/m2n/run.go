@@ -15,6 +15,7 @@ import (
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/model/units"
 	"github.com/m2n-project/m2n/native"
+	"github.com/m2n-project/m2n/plan"
 	"github.com/m2n-project/m2n/plan/ir"
 	"github.com/m2n-project/m2n/sim"
 )
@@ -184,7 +185,7 @@ process per GPU under torchrun, srun or mpirun.`)
 			rec.UniqueBytes += t.Src.Bytes()
 		}
 		if j.tp != nil {
-			if sol, err := sim.Bound(j.route, s.Tensors, j.tp); err == nil {
+			if sol, err := plan.Bound(j.route, s.Tensors, j.tp); err == nil {
 				rec.SOL = sol.Time.Seconds()
 			}
 			tp, sopt := j.tp, sim.Options{}

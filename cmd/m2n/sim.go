@@ -11,6 +11,7 @@ import (
 	"github.com/m2n-project/m2n/model/scenario"
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/model/units"
+	"github.com/m2n-project/m2n/plan"
 	"github.com/m2n-project/m2n/plan/ir"
 	"github.com/m2n-project/m2n/sim"
 )
@@ -204,7 +205,7 @@ func (j simJob) run(sel *selection, opt sim.Options) (simRecord, *ir.Schedule, *
 	rec.Modeled = res.Makespan.Seconds()
 	rec.Ops, rec.Flows, rec.Events = len(s.Ops), res.Flows, res.Events
 	rec.Bottleneck = bottleneckJSON{res.Bottleneck.Name, res.Bottleneck.Class, res.Bottleneck.Utilization}
-	if sol, err := sim.Bound(j.route, tensors, tp); err == nil {
+	if sol, err := plan.Bound(j.route, tensors, tp); err == nil {
 		rec.SOLSeconds, rec.SOLTerm, rec.UniqueBytes = sol.Time.Seconds(), sol.Term, sol.UniqueBytes
 		if sol.Time > 0 {
 			rec.Ratio = float64(res.Makespan) / float64(sol.Time)

@@ -1,4 +1,4 @@
-package sim
+package plan
 
 import (
 	"fmt"
@@ -6,13 +6,13 @@ import (
 
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/model/units"
-	"github.com/m2n-project/m2n/plan"
 	"github.com/m2n-project/m2n/plan/ir"
 )
 
 // SOL is the speed-of-light bound of a route: the aggregate data-movement
-// model of DESIGN.md, computed from the layouts and the topology's line
-// rates. Every rank's bytes on each port (network egress and ingress,
+// model of docs/sim.md, computed from the layouts and the topology's line
+// rates. Each route's bound sits beside the route and reads the same
+// geometry (leaders, rings, roots) as its builder. Every rank's bytes on each port (network egress and ingress,
 // NVLink egress and ingress), with the route's work spread over replicas as
 // evenly as the route allows, divided by the port's line rate; the bound is
 // the largest. It leaves out latencies, chunking, and the order of work.
@@ -38,26 +38,27 @@ func Bound(route string, tensors []ir.Tensor, tp *topo.Topology) (SOL, error) {
 	load, move := mover(tp) // move adds bytes sent from rank a to rank b
 	sol := SOL{Route: route}
 	var roots []int
-	agRoots := plan.RootOrder{}
+	agRoots := rootOrder{}
+	rot := newHierRotation()
 	var chain float64 // nemo-legacy: the longest single tensor's all-gather plus broadcast
 	var chainTerm string
-	if route == plan.NemoLegacy {
-		roots = plan.LegacyRoots(tensors)
+	if route == NemoLegacy {
+		roots = stageRoots(tensors)
 	}
 	for _, t := range tensors {
-		r, err := plan.Derive(t.Src, t.Dst)
+		r, err := Derive(t.Src, t.Dst)
 		if err != nil {
 			return sol, fmt.Errorf("tensor %s: %w", t.Name, err)
 		}
 		sol.UniqueBytes += t.Src.Bytes()
 		switch route {
-		case plan.Flat:
+		case Flat:
 			boundFlat(r, move)
-		case plan.Hierarchical:
-			boundHier(r, tp, move)
-		case plan.AGBcast:
+		case Hierarchical:
+			boundHier(r, tp, rot, move)
+		case AGBcast:
 			boundAGBcast(r, tp, agRoots, move)
-		case plan.NemoLegacy:
+		case NemoLegacy:
 			boundLegacy(r, roots, tp, move, move)
 			if c, term := legacyChain(r, roots, tp); c > chain {
 				chain, chainTerm = c, fmt.Sprintf("all-gather then broadcast of %s (%s)", t.Name, term)
@@ -127,7 +128,7 @@ func mover(tp *topo.Topology) (map[int]*[4]float64, func(a, b int, bytes float64
 
 // boundFlat: every destination rank gets every contribution from its
 // supplier.
-func boundFlat(r *plan.Regions, move func(a, b int, bytes float64)) {
+func boundFlat(r *Regions, move func(a, b int, bytes float64)) {
 	for k, sl := range r.DstSlots {
 		lo, hi := r.SlotContribs(k)
 		for i, d := range sl.Ranks {
@@ -142,46 +143,31 @@ func boundFlat(r *plan.Regions, move func(a, b int, bytes float64)) {
 // contribution enters the domain once, its bytes spread evenly over the
 // domain's replicas (the leaders), and each leader replicates its share to
 // the domain's other replicas over NVLink. The source injects each
-// contribution once, spread evenly over its replicas. Domains after the
-// first receive from the previous domain's leaders.
-func boundHier(r *plan.Regions, tp *topo.Topology, move func(a, b int, bytes float64)) {
+// contribution once, spread evenly over its replicas. A replica that holds
+// the contribution copies it locally and leads in its domain. The ring of
+// domains starts at the entry domain the route chooses ([hierRotation]);
+// domains after the first receive from the previous domain's leaders.
+func boundHier(r *Regions, tp *topo.Topology, rot hierRotation, move func(a, b int, bytes float64)) {
 	for k, sl := range r.DstSlots {
-		byDom := map[int][]int{}
-		var doms []int
-		for _, d := range sl.Ranks {
-			dom := tp.Domain(d)
-			if _, ok := byDom[dom]; !ok {
-				doms = append(doms, dom)
+		h := newHierSlot(sl, tp)
+		q := len(h.doms)
+		ranks := func(idx []int) []int {
+			out := make([]int, len(idx))
+			for n, i := range idx {
+				out[n] = sl.Ranks[i]
 			}
-			byDom[dom] = append(byDom[dom], d)
+			return out
 		}
-		sort.Ints(doms)
 		lo, hi := r.SlotContribs(k)
 		for j := lo; j < hi; j++ {
 			b := float64(r.Bytes(j))
 			src := r.SrcSlots[r.Contribs[j].Src].Ranks
-			// A replica that holds the contribution copies it locally and
-			// leads in its domain; else it enters a domain from the source.
-			holder := -1
-			for _, d := range sl.Ranks {
-				if r.SrcSlotOf(d) == r.Contribs[j].Src {
-					holder = d
-					break
-				}
-			}
-			// The ring of domains starts at the holder's domain, or rotates
-			// over the domains, contribution by contribution, as the route
-			// balances domain ingress.
-			q := len(doms)
-			e := (j - lo + k) % q
-			if holder >= 0 {
-				e = sort.SearchInts(doms, tp.Domain(holder))
-			}
+			e, li, local := rot.entry(r, k, j, h, tp)
 			for step := range q {
-				reps := byDom[doms[(e+step)%q]]
-				if step == 0 && holder >= 0 {
+				reps := ranks(h.at(e, step))
+				if step == 0 && local {
 					for _, d := range reps {
-						move(holder, d, b)
+						move(sl.Ranks[li], d, b)
 					}
 					continue
 				}
@@ -192,7 +178,7 @@ func boundHier(r *plan.Regions, tp *topo.Topology, move func(a, b int, bytes flo
 							move(s, lead, share/float64(len(src)))
 						}
 					} else {
-						prev := byDom[doms[(e+step-1)%q]]
+						prev := ranks(h.at(e, step-1))
 						for _, p := range prev {
 							move(p, lead, share/float64(len(prev)))
 						}
@@ -211,24 +197,14 @@ func boundHier(r *plan.Regions, tp *topo.Topology, move func(a, b int, bytes flo
 // boundAGBcast: the root (the source mesh's first rank) gathers every
 // source slot once, then the whole tensor passes along the ring of
 // destination ranks, the root's domain first.
-func boundAGBcast(r *plan.Regions, tp *topo.Topology, roots plan.RootOrder, move func(a, b int, bytes float64)) {
+func boundAGBcast(r *Regions, tp *topo.Topology, roots rootOrder, move func(a, b int, bytes float64)) {
 	root := r.Src.Mesh.Ranks[0]
 	for _, sl := range r.SrcSlots {
-		b := float64(sl.Box.Elems() * r.Elem())
-		s := sl.Ranks[0]
-		for _, rk := range sl.Ranks {
-			if rk == root || (tp.Domain(rk) == tp.Domain(root) && tp.Domain(s) != tp.Domain(root)) {
-				s = rk
-			}
-			if rk == root {
-				break
-			}
-		}
-		move(s, root, b)
+		move(gatherSource(sl, root, tp), root, float64(sl.Box.Elems()*r.Elem()))
 	}
 	B := float64(r.Src.Bytes())
 	prev := root
-	for _, d := range plan.BroadcastRing(r.Dst.Mesh.Ranks, root, tp, roots.Of(root)) {
+	for _, d := range broadcastRing(r.Dst.Mesh.Ranks, root, tp, roots.Of(root)) {
 		move(prev, d, B)
 		prev = d
 	}
@@ -238,8 +214,8 @@ func boundAGBcast(r *plan.Regions, tp *topo.Topology, roots plan.RootOrder, move
 // each from its predecessor on the ring of the source mesh (a block passes
 // from each of its holders to the ranks after it, up to the next holder);
 // then the whole tensor passes from the root along its broadcast ring
-// ([plan.LegacyRing]). ag and bc receive the two phases' bytes.
-func boundLegacy(r *plan.Regions, roots []int, tp *topo.Topology, ag, bc func(a, b int, bytes float64)) {
+// ([legacyRing]). ag and bc receive the two phases' bytes.
+func boundLegacy(r *Regions, roots []int, tp *topo.Topology, ag, bc func(a, b int, bytes float64)) {
 	ring := r.Src.Mesh.Ranks
 	n := len(ring)
 	pos := make(map[int]int, n)
@@ -248,15 +224,9 @@ func boundLegacy(r *plan.Regions, roots []int, tp *topo.Topology, ag, bc func(a,
 	}
 	for _, sl := range r.SrcSlots {
 		b := float64(sl.Box.Elems() * r.Elem())
-		holders := make([]int, 0, len(sl.Ranks))
-		for _, rk := range sl.Ranks {
-			holders = append(holders, pos[rk])
-		}
-		sort.Ints(holders)
-		for h, p := range holders {
-			next := holders[(h+1)%len(holders)]
-			prev := p
-			for q := (p + 1) % n; q != next; q = (q + 1) % n {
+		for _, sg := range ringSegments(sl, pos, n) {
+			prev := sg.from
+			for _, q := range sg.to {
 				ag(ring[prev], ring[q], b)
 				prev = q
 			}
@@ -265,7 +235,7 @@ func boundLegacy(r *plan.Regions, roots []int, tp *topo.Topology, ag, bc func(a,
 	root := ring[0]
 	B := float64(r.Src.Bytes())
 	prev := root
-	for _, d := range plan.LegacyRing(root, roots, r.Dst.Mesh.Ranks, tp) {
+	for _, d := range legacyRing(root, roots, r.Dst.Mesh.Ranks, tp) {
 		bc(prev, d, B)
 		prev = d
 	}
@@ -276,7 +246,7 @@ func boundLegacy(r *plan.Regions, roots []int, tp *topo.Topology, ag, bc func(a,
 // (received what it lacks, forwarded what it must), so the root's
 // all-gather port time and the broadcast's port time add. The route's SOL
 // is the larger of this (over tensors) and the aggregate port bound.
-func legacyChain(r *plan.Regions, roots []int, tp *topo.Topology) (float64, string) {
+func legacyChain(r *Regions, roots []int, tp *topo.Topology) (float64, string) {
 	agLoad, ag := mover(tp)
 	bcLoad, bc := mover(tp)
 	boundLegacy(r, roots, tp, ag, bc)
