@@ -5,7 +5,7 @@ GO       ?= go
 # go-nvml's header warns about deprecated calls m2n does not make.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 BIN      := bin/m2n
-PURE     := ./model/... ./plan/... ./sim/... ./reports/...
+PURE     := ./model/... ./plan/... ./sim/... ./evaluate/... ./reports/...
 FUZZTIME ?= 30s
 
 .DEFAULT_GOAL := help
@@ -47,7 +47,7 @@ lint: ## gofmt and go vet
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
-purity: ## the planner, simulator, models and reports build without cgo
+purity: ## the planner, simulator, evaluation, models and reports build without cgo
 	@deps=$$($(GO) list -deps -f '{{if and .CgoFiles (not .Standard)}}{{.ImportPath}}{{end}}' $(PURE)); \
 	if [ -n "$$deps" ]; then echo "cgo reached the pure packages through: $$deps"; exit 1; fi
 	CGO_ENABLED=0 $(GO) build $(PURE)

@@ -206,10 +206,10 @@ func collect(r *Report, l Layout, routes []string) []*series {
 				if math.IsNaN(x) {
 					continue
 				}
-				s.sol = append(s.sol, plotter.XY{X: x, Y: row.SOLSeconds})
-				s.modeled = append(s.modeled, plotter.XY{X: x, Y: row.ModeledSeconds})
+				s.sol = append(s.sol, plotter.XY{X: x, Y: row.SOL.Seconds()})
+				s.modeled = append(s.modeled, plotter.XY{X: x, Y: row.Modeled.Seconds()})
 				if row.HasMeasured() {
-					s.measured = append(s.measured, plotter.XY{X: x, Y: row.MeasuredSeconds})
+					s.measured = append(s.measured, plotter.XY{X: x, Y: row.Measured.Seconds()})
 				}
 			}
 			if len(s.modeled) == 0 {

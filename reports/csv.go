@@ -54,10 +54,10 @@ func CSV(r *Report) ([]byte, error) {
 		}
 		meas, errs := "", ""
 		if row.HasMeasured() {
-			meas, errs = formatFloat(row.MeasuredSeconds), formatFloat(row.Error())
+			meas, errs = formatFloat(row.Measured.Seconds()), formatFloat(row.MeasuredError())
 		}
 		ratio := ""
-		if row.SOLSeconds > 0 {
+		if row.SOL.Seconds() > 0 {
 			ratio = formatFloat(row.Ratio())
 		}
 		src := ""
@@ -67,13 +67,13 @@ func CSV(r *Report) ([]byte, error) {
 		rec = append(rec,
 			row.Route,
 			strconv.FormatInt(row.UniqueBytes, 10),
-			formatFloat(row.SOLSeconds),
+			formatFloat(row.SOL.Seconds()),
 			row.SOLTerm,
-			formatFloat(row.ModeledSeconds),
+			formatFloat(row.Modeled.Seconds()),
 			ratio,
 			meas, errs, src,
-			row.Bottleneck,
-			formatFloat(row.BottleneckUtilization),
+			row.Bottleneck.Name,
+			formatFloat(row.Bottleneck.Utilization),
 			strconv.FormatBool(r.Ideal),
 		)
 		if err := w.Write(rec); err != nil {

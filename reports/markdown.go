@@ -135,22 +135,22 @@ func ResultsTable(r *Report) string {
 			cells = append(cells, units.Bytes(row.UniqueBytes).Human())
 		}
 		ratio := "-"
-		if row.SOLSeconds > 0 {
+		if row.SOL.Seconds() > 0 {
 			ratio = fmt.Sprintf("%.3f", row.Ratio())
 		}
-		cells = append(cells, FormatSeconds(row.SOLSeconds, 4), FormatSeconds(row.ModeledSeconds, 4), ratio)
+		cells = append(cells, FormatSeconds(row.SOL.Seconds(), 4), FormatSeconds(row.Modeled.Seconds(), 4), ratio)
 		if hasMeasured {
 			if row.HasMeasured() {
-				m := FormatMeasured(row.MeasuredSeconds)
+				m := FormatMeasured(row.Measured.Seconds())
 				if len(srcs) > 1 {
 					m += fmt.Sprintf(" [%d]", indexOf(srcs, row.MeasuredSource)+1)
 				}
-				cells = append(cells, m, signedPercent(row.Error()))
+				cells = append(cells, m, signedPercent(row.MeasuredError()))
 			} else {
 				cells = append(cells, "", "")
 			}
 		}
-		cells = append(cells, fmt.Sprintf("%s (%.0f%%)", mdEscape(row.Bottleneck), 100*row.BottleneckUtilization))
+		cells = append(cells, fmt.Sprintf("%s (%.0f%%)", mdEscape(row.Bottleneck.Name), 100*row.Bottleneck.Utilization))
 		b.WriteString("| " + strings.Join(cells, " | ") + " |\n")
 	}
 	if hasMeasured {
@@ -212,13 +212,13 @@ func speedupTable(r *Report, best string) string {
 		br, hasBest := r.row(p, best)
 		for _, bl := range baselines {
 			row, ok := r.row(p, bl)
-			if !ok || !hasBest || br.ModeledSeconds <= 0 {
+			if !ok || !hasBest || br.Modeled.Seconds() <= 0 {
 				cells = append(cells, "-")
 				continue
 			}
-			c := fmt.Sprintf("%.2fx", row.ModeledSeconds/br.ModeledSeconds)
+			c := fmt.Sprintf("%.2fx", row.Modeled.Seconds()/br.Modeled.Seconds())
 			if row.HasMeasured() && br.HasMeasured() {
-				c += fmt.Sprintf(" (%.2fx)", row.MeasuredSeconds/br.MeasuredSeconds)
+				c += fmt.Sprintf(" (%.2fx)", row.Measured.Seconds()/br.Measured.Seconds())
 			}
 			cells = append(cells, c)
 		}

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/m2n-project/m2n/evaluate"
 	"github.com/m2n-project/m2n/model/scenario"
 	"github.com/m2n-project/m2n/model/units"
 	"github.com/m2n-project/m2n/plan"
@@ -25,45 +26,27 @@ type Report struct {
 	Notes       []string         // remarks printed at the end of the Markdown report
 }
 
-// Row is one route at one sweep point.
-type Row struct {
-	// Point is the scenario resolved at this sweep point: its coordinates
-	// (Params), topology constants and tensors.
-	Point *scenario.Point
-	Route string // route name, e.g. "hierarchical"
+// Row is one route at one sweep point, as the evaluation fills it.
+type Row = evaluate.Record
 
-	UniqueBytes    int64   // bytes of the point's tensors, each counted once
-	SOLSeconds     float64 // the speed-of-light bound, seconds (line rates)
-	SOLTerm        string  // the binding term of the bound, e.g. "network egress of rank 0"
-	ModeledSeconds float64 // the simulated time, seconds
-
-	// MeasuredSeconds is the scenario's reference measurement for this route
-	// and point, seconds; 0 when there is none.
-	MeasuredSeconds float64
-	MeasuredSource  string // where the measurement comes from
-	MeasuredNote    string // the reference's note, e.g. "approximate"
-
-	Bottleneck            string  // the most utilized resource, e.g. "gpu0/nic0-egress"
-	BottleneckUtilization float64 // its bytes / (capacity x modeled time), 0..1
-}
-
-// HasMeasured reports whether the row has a reference measurement.
-func (r Row) HasMeasured() bool { return r.MeasuredSeconds > 0 }
-
-// Error is modeled / measured - 1; 0 without a measurement.
-func (r Row) Error() float64 {
-	if !r.HasMeasured() {
-		return 0
+// New makes the report of a scenario's evaluated rows, in the order given:
+// the sweeps keep only the values of the points evaluated.
+func New(sc *scenario.Scenario, rows []Row, ideal bool) *Report {
+	rep := &Report{Scenario: sc.Name, Description: sc.Description, Ideal: ideal, Rows: rows}
+	for k, sw := range sc.Sweeps {
+		kept := sw
+		kept.Values = nil
+		for _, v := range sw.Values {
+			for _, row := range rows {
+				if scenario.ValueEqual(row.Point.Params[k].Value, v) {
+					kept.Values = append(kept.Values, v)
+					break
+				}
+			}
+		}
+		rep.Sweeps = append(rep.Sweeps, kept)
 	}
-	return r.ModeledSeconds/r.MeasuredSeconds - 1
-}
-
-// Ratio is modeled / SOL; 0 when the SOL is 0.
-func (r Row) Ratio() float64 {
-	if r.SOLSeconds <= 0 {
-		return 0
-	}
-	return r.ModeledSeconds / r.SOLSeconds
+	return rep
 }
 
 // File is one rendered output: a file name and its bytes.
@@ -134,10 +117,10 @@ func (r *Report) Validate() error {
 		}
 		for _, v := range []struct {
 			name string
-			v    float64
-		}{{"sol_s", row.SOLSeconds}, {"modeled_s", row.ModeledSeconds}, {"measured_s", row.MeasuredSeconds}} {
-			if math.IsNaN(v.v) || math.IsInf(v.v, 0) || v.v < 0 {
-				return fmt.Errorf("%s: %s = %v: want a finite time of at least 0", at, v.name, v.v)
+			v    units.Time
+		}{{"sol_s", row.SOL}, {"modeled_s", row.Modeled}, {"measured_s", row.Measured}} {
+			if v.v < 0 {
+				return fmt.Errorf("%s: %s = %v: want a time of at least 0", at, v.name, v.v.Seconds())
 			}
 		}
 		if len(row.Point.Params) != len(r.Sweeps) {
@@ -209,11 +192,11 @@ func (r *Report) Best() string {
 		ok := true
 		for i, rt := range routes {
 			row, has := r.row(p, rt)
-			if !has || row.ModeledSeconds <= 0 {
+			if !has || row.Modeled.Seconds() <= 0 {
 				ok = false
 				break
 			}
-			logs[i] = math.Log(row.ModeledSeconds)
+			logs[i] = math.Log(row.Modeled.Seconds())
 		}
 		if !ok {
 			continue

@@ -19,6 +19,8 @@ import (
 	"gonum.org/v1/plot/vg"
 
 	"github.com/m2n-project/m2n/model/scenario"
+	"github.com/m2n-project/m2n/model/units"
+	"github.com/m2n-project/m2n/sim"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -85,14 +87,17 @@ func synthetic(t *testing.T, sc *scenario.Scenario, routes ...string) *Report {
 			sol := f * float64(bytes) / 16 / float64(p.Topology.NICLine)
 			rep.Rows = append(rep.Rows, Row{
 				Point: p, Route: rt, UniqueBytes: bytes,
-				SOLSeconds: sol, SOLTerm: "network egress of rank 0",
-				ModeledSeconds: sol*1.1 + 20e-6,
-				Bottleneck:     "gpu0/nic0-egress", BottleneckUtilization: 0.9,
+				SOL: secs(sol), SOLTerm: "network egress of rank 0",
+				Modeled:    secs(sol*1.1 + 20e-6),
+				Bottleneck: sim.ResourceStat{Resource: sim.Resource{Name: "gpu0/nic0-egress"}, Utilization: 0.9},
 			})
 		}
 	}
 	return rep
 }
+
+// secs is a time of v seconds, to the picosecond.
+func secs(v float64) units.Time { return units.Time(v*float64(units.Second) + 0.5) }
 
 // noSweep is twoSweeps without its sweeps.
 var noSweep = strings.Split(twoSweeps, "[[sweep]]")[0]
@@ -266,8 +271,8 @@ func TestBest(t *testing.T) {
 // between the markers.
 func TestMarkdownGolden(t *testing.T) {
 	rep := synthetic(t, scenarioOf(t, twoSweeps), "flat", "agbcast", "hierarchical")
-	rep.Rows[2].MeasuredSeconds, rep.Rows[2].MeasuredSource, rep.Rows[2].MeasuredNote = 0.0001, "a bench, run 3", "approximate"
-	rep.Rows[0].MeasuredSeconds, rep.Rows[0].MeasuredSource = 0.00005, "a bench, run 4"
+	rep.Rows[2].Measured, rep.Rows[2].MeasuredSource, rep.Rows[2].MeasuredNote = secs(0.0001), "a bench, run 3", "approximate"
+	rep.Rows[0].Measured, rep.Rows[0].MeasuredSource = secs(0.00005), "a bench, run 4"
 	rep.Notes = []string{"Made with --chunk \"4 MiB\"."}
 	md, err := Markdown(rep)
 	if err != nil {
@@ -291,7 +296,7 @@ func TestMarkdownGolden(t *testing.T) {
 
 func TestCSVRoundTrip(t *testing.T) {
 	rep := synthetic(t, scenarioOf(t, twoSweeps), "flat", "hierarchical")
-	rep.Rows[1].MeasuredSeconds, rep.Rows[1].MeasuredSource = 0.000123, `a "quoted", source`
+	rep.Rows[1].Measured, rep.Rows[1].MeasuredSource = secs(0.000123), `a "quoted", source`
 	data, err := CSV(rep)
 	if err != nil {
 		t.Fatal(err)
@@ -329,14 +334,14 @@ func TestCSVRoundTrip(t *testing.T) {
 			t.Errorf("record %d: %v", i, rec)
 		}
 		// Times read back exactly.
-		if num(rec[col("sol_s")]) != row.SOLSeconds || num(rec[col("modeled_s")]) != row.ModeledSeconds {
-			t.Errorf("record %d: times %s %s do not read back as %v %v", i, rec[col("sol_s")], rec[col("modeled_s")], row.SOLSeconds, row.ModeledSeconds)
+		if num(rec[col("sol_s")]) != row.SOL.Seconds() || num(rec[col("modeled_s")]) != row.Modeled.Seconds() {
+			t.Errorf("record %d: times %s %s do not read back as %v %v", i, rec[col("sol_s")], rec[col("modeled_s")], row.SOL.Seconds(), row.Modeled.Seconds())
 		}
 		if ub, _ := strconv.ParseInt(rec[col("unique_bytes")], 10, 64); ub != row.UniqueBytes {
 			t.Errorf("record %d: unique_bytes %s", i, rec[col("unique_bytes")])
 		}
 		if row.HasMeasured() {
-			if num(rec[col("measured_s")]) != row.MeasuredSeconds || num(rec[col("error")]) != row.Error() || rec[col("measured_source")] != row.MeasuredSource {
+			if num(rec[col("measured_s")]) != row.Measured.Seconds() || num(rec[col("error")]) != row.MeasuredError() || rec[col("measured_source")] != row.MeasuredSource {
 				t.Errorf("record %d: measured %v", i, rec)
 			}
 		} else if rec[col("measured_s")] != "" || rec[col("error")] != "" || rec[col("measured_source")] != "" {
@@ -442,8 +447,8 @@ func TestFiles(t *testing.T) {
 // library (whose log scale panics on them).
 func TestChartLogAxisZeros(t *testing.T) {
 	rep := synthetic(t, scenarioOf(t, twoSweeps), "flat", "hierarchical")
-	rep.Rows[0].SOLSeconds = 0
-	rep.Rows[1].ModeledSeconds = 0
+	rep.Rows[0].SOL = 0
+	rep.Rows[1].Modeled = 0
 	for _, f := range []string{"png", "svg"} {
 		if _, err := LatencyChart(rep, f); err != nil {
 			t.Errorf("latency %s: %v", f, err)
@@ -465,9 +470,9 @@ func TestBadInput(t *testing.T) {
 		want   string
 	}{
 		{"no rows", func(r *Report) { r.Rows = nil }, "no rows"},
-		{"NaN", func(r *Report) { r.Rows[3].ModeledSeconds = math.NaN() }, "modeled_s = NaN"},
-		{"infinite", func(r *Report) { r.Rows[0].SOLSeconds = math.Inf(1) }, "sol_s = +Inf"},
-		{"negative", func(r *Report) { r.Rows[0].MeasuredSeconds = -1 }, "measured_s = -1"},
+		{"negative modeled", func(r *Report) { r.Rows[3].Modeled = -units.Second }, "modeled_s = -1"},
+		{"negative SOL", func(r *Report) { r.Rows[0].SOL = -units.Second / 2 }, "sol_s = -0.5"},
+		{"negative measured", func(r *Report) { r.Rows[0].Measured = -units.Second }, "measured_s = -1"},
 		{"no route", func(r *Report) { r.Rows[0].Route = "" }, "no route"},
 		{"no point", func(r *Report) { r.Rows[0].Point = nil }, "no point"},
 		{"sweeps", func(r *Report) { r.Sweeps = r.Sweeps[:1] }, "2 coordinates but the report has 1 sweeps"},

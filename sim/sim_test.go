@@ -26,29 +26,6 @@ func nvl72(domains int) *topo.Topology {
 	return t
 }
 
-// With line rates and no latency, the simulated time of the paper's case
-// equals the SOL within 1% for every route.
-func TestIdealMatchesSOL(t *testing.T) {
-	for _, rho := range []int{2, 4, 8} {
-		for _, route := range plan.Routes {
-			s, err := plan.Build(paper(rho), nvl72(2), plan.Options{Route: route})
-			if err != nil {
-				t.Fatal(err)
-			}
-			res, err := Run(s, nvl72(2), Options{Ideal: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			sol, _ := plan.Bound(route, paper(rho), nvl72(2))
-			ratio := float64(res.Makespan) / float64(sol.Time)
-			t.Logf("rho %d %-12s SOL %v modeled %v ratio %.4f bottleneck %s", rho, route, sol.Time, res.Makespan, ratio, res.Bottleneck.Name)
-			if ratio < 1-1e-9 || ratio > 1.01 {
-				t.Errorf("rho %d %s: ideal %v vs SOL %v (ratio %.4f)", rho, route, res.Makespan, sol.Time, ratio)
-			}
-		}
-	}
-}
-
 func TestDeterministicAndConserving(t *testing.T) {
 	s, err := plan.Build(paper(4), nvl72(2), plan.Options{Route: plan.Hierarchical})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/m2n-project/m2n/evaluate"
 	"github.com/m2n-project/m2n/model/scenario"
 	"github.com/m2n-project/m2n/reports"
 	"github.com/m2n-project/m2n/sim"
@@ -43,12 +44,10 @@ their old versions together.`)
 	if err != nil {
 		return err
 	}
-	out := simOutput{Scenario: sc.Name}
 	jobs, tpName, err := simJobs(sc, points, &sel)
 	if err != nil {
 		return err
 	}
-	out.Topology = tpName
 	// A progress line on a terminal, rewritten in place and cleared at the
 	// end; nothing when stderr is a file or a pipe.
 	var progress func(done, total int, j simJob)
@@ -64,8 +63,7 @@ their old versions together.`)
 	if err != nil {
 		return err
 	}
-	out.Records = recs
-	rep := buildReport(sc, jobs, recs, *ideal, &sel)
+	rep := buildReport(sc, recs, *ideal, &sel)
 	files, err := renderReport(rep)
 	if err != nil {
 		return fmt.Errorf("report: %w", err)
@@ -74,7 +72,7 @@ their old versions together.`)
 		return err
 	}
 	if *asJSON {
-		return printJSON(e.stdout, out)
+		return printSimJSON(e, sc.Name, tpName, recs)
 	}
 	fmt.Fprintf(e.stdout, "report of %s (%d simulations) written to %s:\n", sc.Name, len(recs), *outDir)
 	for _, f := range files {
@@ -98,8 +96,8 @@ func isTerminal(w io.Writer) bool {
 // and returns the error of the first failed job in job order, which does
 // not depend on timing: every job before it was started, and ran to its
 // end. progress, if set, is called after each job, never concurrently.
-func simulateAll(ctx context.Context, jobs []simJob, sel *selection, opt sim.Options, progress func(done, total int, j simJob)) ([]simRecord, error) {
-	recs := make([]simRecord, len(jobs))
+func simulateAll(ctx context.Context, jobs []simJob, sel *selection, opt sim.Options, progress func(done, total int, j simJob)) ([]evaluate.Record, error) {
+	recs := make([]evaluate.Record, len(jobs))
 	errs := make([]error, len(jobs))
 	next := make(chan int)
 	var mu sync.Mutex
@@ -148,46 +146,10 @@ func simulateAll(ctx context.Context, jobs []simJob, sel *selection, opt sim.Opt
 	return recs, nil
 }
 
-// buildReport turns the simulation records into a report: one row per
-// record, the sweeps cut to the values of the points simulated, and notes
-// naming any selection flags.
-func buildReport(sc *scenario.Scenario, jobs []simJob, recs []simRecord, ideal bool, sel *selection) *reports.Report {
-	rep := &reports.Report{Scenario: sc.Name, Description: sc.Description, Ideal: ideal}
-	for i, rec := range recs {
-		j := jobs[i]
-		row := reports.Row{
-			Point:                 j.point,
-			Route:                 rec.Route,
-			UniqueBytes:           rec.UniqueBytes,
-			SOLSeconds:            rec.SOLSeconds,
-			SOLTerm:               rec.SOLTerm,
-			ModeledSeconds:        rec.Modeled,
-			Bottleneck:            rec.Bottleneck.Resource,
-			BottleneckUtilization: rec.Bottleneck.Utilization,
-		}
-		if rec.Measured != nil {
-			row.MeasuredSeconds, row.MeasuredSource = *rec.Measured, rec.Source
-			for _, ref := range j.refs { // as simJob.run: the last match is the one shown
-				if ref.Route == j.route && ref.Matches(j.point) {
-					row.MeasuredNote = ref.Note
-				}
-			}
-		}
-		rep.Rows = append(rep.Rows, row)
-	}
-	for k, sw := range sc.Sweeps {
-		kept := sw
-		kept.Values = nil
-		for _, v := range sw.Values {
-			for _, j := range jobs {
-				if scenario.ValueEqual(j.point.Params[k].Value, v) {
-					kept.Values = append(kept.Values, v)
-					break
-				}
-			}
-		}
-		rep.Sweeps = append(rep.Sweeps, kept)
-	}
+// buildReport turns the records into a report, with notes naming any
+// selection flags.
+func buildReport(sc *scenario.Scenario, recs []evaluate.Record, ideal bool, sel *selection) *reports.Report {
+	rep := reports.New(sc, recs, ideal)
 	var flags []string
 	if ideal {
 		flags = append(flags, "--ideal")

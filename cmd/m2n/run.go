@@ -11,16 +11,14 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/m2n-project/m2n/model/scenario"
-	"github.com/m2n-project/m2n/model/topo"
+	"github.com/m2n-project/m2n/evaluate"
 	"github.com/m2n-project/m2n/model/units"
 	"github.com/m2n-project/m2n/native"
-	"github.com/m2n-project/m2n/plan"
 	"github.com/m2n-project/m2n/plan/ir"
-	"github.com/m2n-project/m2n/sim"
 )
 
-// runRecord is one line of `m2n run --json`; docs/cli.md documents it.
+// runRecord is one line of `m2n run --json`: the GPU's measurements beside
+// the evaluation of the same schedule; docs/cli.md documents it.
 type runRecord struct {
 	Point        map[string]any `json:"point"`
 	Route        string         `json:"route"`
@@ -39,13 +37,36 @@ type runRecord struct {
 	WrongElems   int64          `json:"wrong_elements"`
 	Ops          int            `json:"ops"`
 	Iterations   int            `json:"iterations"`
-	Error        string         `json:"error,omitempty"` // why this run did not happen
+	Error        string         `json:"error,omitempty"` // why this run did not happen, or could not be modeled
 	label        string
+	ran          bool
 }
 
 type runOutput struct {
 	Scenario string      `json:"scenario"`
 	Records  []runRecord `json:"records"`
+}
+
+// runJSON is the record of one run: the GPU's result (nil when the run did
+// not happen) beside the evaluation of its schedule; err says why the run
+// did not happen or could not be modeled.
+func runJSON(ev *evaluate.Record, backend string, iters int, res *native.Result, err error) runRecord {
+	rec := runRecord{Point: map[string]any{}, Route: ev.Route, Backend: backend, Iterations: iters, label: ev.Label(), ran: res != nil}
+	if ev.Point != nil {
+		rec.Point = ev.Point.Map()
+	}
+	if res != nil {
+		ts := append([]units.Time(nil), res.Times...)
+		slices.Sort(ts)
+		rec.Measured, rec.MeasuredMin, rec.MeasuredMax = ts[len(ts)/2].Seconds(), ts[0].Seconds(), ts[len(ts)-1].Seconds()
+		rec.Mode, rec.Device, rec.Verified, rec.CheckedBytes, rec.WrongElems, rec.Ops = res.Mode, res.Device, res.Verified, res.CheckedBytes, res.WrongElems, res.Ops
+	}
+	if err != nil {
+		rec.Error = err.Error()
+		return rec
+	}
+	rec.UniqueBytes, rec.Modeled, rec.ModeledOn, rec.SOL = ev.UniqueBytes, ev.Modeled.Seconds(), ev.ModeledOn, ev.SOL.Seconds()
+	return rec
 }
 
 func runRun(ctx context.Context, e *env, args []string) error {
@@ -102,20 +123,14 @@ process per GPU under torchrun, srun or mpirun.`)
 	} else if *backend != native.Loopback {
 		return usagef("--backend %q: want loopback or nccl", *backend)
 	}
-	type job struct {
-		p     *scenario.Point
-		route string
-		s     *ir.Schedule
-		tp    *topo.Topology
-	}
-	var jobs []job
+	var jobs []simJob
 	out := runOutput{}
 	if *irIn != "" {
-		j, _, err := irJob(*irIn, *topoName)
+		j, err := irJob(*irIn, *topoName)
 		if err != nil {
 			return err
 		}
-		jobs = append(jobs, job{route: j.route, s: j.sched, tp: j.tp})
+		jobs = append(jobs, j)
 		out.Scenario = *irIn
 	} else {
 		sc, points, err := sel.load(pos)
@@ -123,24 +138,19 @@ process per GPU under torchrun, srun or mpirun.`)
 			return err
 		}
 		out.Scenario = sc.Name
-		for _, p := range points {
-			routes, err := sel.routesOf(p)
-			if err != nil {
-				return err
-			}
-			for _, r := range routes {
-				jobs = append(jobs, job{p: p, route: r, tp: p.Topology})
-			}
+		if jobs, _, err = simJobs(sc, points, &sel); err != nil {
+			return err
 		}
 	}
 	// Loopback predictions run every rank on the one GPU: measure its
 	// memory bandwidth once and simulate with it.
-	var copyBW units.Bandwidth
+	var eopt evaluate.Options
 	if *backend == native.Loopback {
-		copyBW, err = native.CopyBandwidth(*device, 1<<30)
+		copyBW, err := native.CopyBandwidth(*device, 1<<30)
 		if err != nil {
 			return fmt.Errorf("measuring GPU %d: %w", *device, err)
 		}
+		eopt.LoopbackMemory = copyBW
 		fmt.Fprintf(e.stderr, "m2n: GPU %d copies at %.0f GB/s (read+write); the loopback model uses it\n", *device, copyBW.GBps())
 	}
 	failed, errs := 0, 0
@@ -148,59 +158,37 @@ process per GPU under torchrun, srun or mpirun.`)
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		s := j.s
-		rec := runRecord{Route: j.route, Backend: *backend, Point: map[string]any{}, label: "-", Iterations: *iters}
-		if j.p != nil {
-			if s, err = sel.build(j.p, j.route); err != nil {
+		s, tp, ev := j.sched, j.tp, evaluate.Record{Route: j.route, Point: j.point}
+		if j.point != nil {
+			if s, err = sel.build(j.point, j.route); err != nil {
 				return err
 			}
-			rec.Point, rec.label = j.p.Map(), j.p.Label()
+			tp = j.point.Topology
 		}
-		x, err := native.New(s, opt)
+		res, err := runOnGPU(s, opt)
 		if errors.Is(err, native.ErrNotSupported) {
 			return fmt.Errorf("m2n run needs a GPU build (linux, cgo) and the CUDA driver: %w", err)
 		}
-		var res *native.Result
 		if err == nil {
-			res, err = x.Run()
-			x.Close()
+			var model evaluate.Record // the GPU ran: model the same schedule
+			if model, _, err = evaluate.Schedule(s, tp, eopt); err != nil {
+				err = fmt.Errorf("modeling the run: %w", err)
+			} else {
+				model.Point = j.point
+				ev = model
+			}
 		}
+		rec := runJSON(&ev, *backend, *iters, res, err)
+		out.Records = append(out.Records, rec)
 		if err != nil {
 			// Record the failure and go on with the other runs.
 			errs++
-			rec.Error = err.Error()
 			fmt.Fprintf(e.stderr, "m2n: point %s, route %s: %v\n", rec.label, j.route, err)
-			out.Records = append(out.Records, rec)
-			continue
 		}
-		ts := append([]units.Time(nil), res.Times...)
-		slices.Sort(ts)
-		rec.Measured, rec.MeasuredMin, rec.MeasuredMax = ts[len(ts)/2].Seconds(), ts[0].Seconds(), ts[len(ts)-1].Seconds()
-		rec.Mode, rec.Device, rec.Verified, rec.CheckedBytes, rec.WrongElems, rec.Ops = res.Mode, res.Device, res.Verified, res.CheckedBytes, res.WrongElems, res.Ops
-		if !res.Verified {
+		if res != nil && !res.Verified {
 			failed++
 			fmt.Fprintf(e.stderr, "m2n: point %s, route %s: %d wrong elements; first: %s\n", rec.label, j.route, res.WrongElems, res.FirstWrong)
 		}
-		for _, t := range s.Tensors {
-			rec.UniqueBytes += t.Src.Bytes()
-		}
-		if j.tp != nil {
-			if sol, err := plan.Bound(j.route, s.Tensors, j.tp); err == nil {
-				rec.SOL = sol.Time.Seconds()
-			}
-			tp, sopt := j.tp, sim.Options{}
-			rec.ModeledOn = tp.Preset
-			if *backend == native.Loopback {
-				tp = tp.Clone()
-				tp.Memory = copyBW
-				sopt.Loopback = true
-				rec.ModeledOn = fmt.Sprintf("one GPU at %.0f GB/s", copyBW.GBps())
-			}
-			if r, err := sim.Run(s, tp, sopt); err == nil {
-				rec.Modeled = r.Makespan.Seconds()
-			}
-		}
-		out.Records = append(out.Records, rec)
 	}
 	if *asJSON {
 		if err := printJSON(e.stdout, out); err != nil {
@@ -212,7 +200,7 @@ process per GPU under torchrun, srun or mpirun.`)
 		fmt.Fprintln(tw, "point\troute\tmeasured (median)\tmin .. max\tmodeled\tmodeled on\tSOL (cluster)\tverified\tmode")
 		sec := func(v float64) string { return units.Time(v * float64(units.Second)).String() }
 		for _, r := range out.Records {
-			if r.Error != "" {
+			if !r.ran {
 				fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\tnot run: see the error above\t\n", r.label, r.Route)
 				continue
 			}
@@ -220,8 +208,12 @@ process per GPU under torchrun, srun or mpirun.`)
 			if !r.Verified {
 				v = fmt.Sprintf("%d WRONG elements", r.WrongElems)
 			}
+			modeled, sol := sec(r.Modeled), sec(r.SOL)
+			if r.Error != "" { // ran, but could not be modeled: see the error above
+				modeled, sol = "-", "-"
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s .. %s\t%s\t%s\t%s\t%s\t%s\n", r.label, r.Route, sec(r.Measured), sec(r.MeasuredMin), sec(r.MeasuredMax),
-				sec(r.Modeled), r.ModeledOn, sec(r.SOL), v, strings.TrimSpace(r.Mode))
+				modeled, r.ModeledOn, sol, v, strings.TrimSpace(r.Mode))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -231,9 +223,23 @@ process per GPU under torchrun, srun or mpirun.`)
 		return checkFailed{fmt.Sprintf("%d runs delivered wrong bytes", failed)}
 	}
 	if errs > 0 {
-		return fmt.Errorf("%d of %d runs could not run", errs, len(jobs))
+		return fmt.Errorf("%d of %d runs could not run or be modeled", errs, len(jobs))
 	}
 	return nil
+}
+
+// runOnGPU runs a schedule on the GPU executor.
+func runOnGPU(s *ir.Schedule, opt native.Options) (*native.Result, error) {
+	x, err := native.New(s, opt)
+	if err != nil {
+		return nil, err
+	}
+	defer x.Close()
+	res, err := x.Run()
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
 }
 
 func runTopo(_ context.Context, e *env, args []string) error {

@@ -8,36 +8,34 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/m2n-project/m2n/evaluate"
 	"github.com/m2n-project/m2n/model/scenario"
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/model/units"
-	"github.com/m2n-project/m2n/plan"
 	"github.com/m2n-project/m2n/plan/ir"
 	"github.com/m2n-project/m2n/sim"
 )
 
-// simRecord is one line of `m2n sim --json`; docs/cli.md documents it.
+// simRecord is one line of `m2n sim --json`: the JSON view of an
+// evaluate.Record; docs/cli.md documents it.
 type simRecord struct {
-	Point       map[string]any `json:"point"`
-	Route       string         `json:"route"`
-	Ideal       bool           `json:"ideal"`
-	UniqueBytes int64          `json:"unique_bytes"`
-	SOLSeconds  float64        `json:"sol_s"`
-	SOLTerm     string         `json:"sol_term"`
-	Modeled     float64        `json:"modeled_s"`
-	Ratio       float64        `json:"modeled_over_sol"`
-	Bottleneck  bottleneckJSON `json:"bottleneck"`
-	Measured    *float64       `json:"measured_s,omitempty"`
-	Error       *float64       `json:"error,omitempty"`
-	Source      string         `json:"measured_source,omitempty"`
-	Ops         int            `json:"ops"`
-	Flows       int            `json:"flows"`
-	Events      int64          `json:"events"`
-	Resources   []resourceJSON `json:"resources"`
-	// TensorClasses sums a workload's tensors by class; absent without one.
-	TensorClasses []classJSON `json:"tensor_classes,omitempty"`
-	label         string      `json:"-"`
-	classes       []sim.ResourceStat
+	Point         map[string]any   `json:"point"`
+	Route         string           `json:"route"`
+	Ideal         bool             `json:"ideal"`
+	UniqueBytes   int64            `json:"unique_bytes"`
+	SOLSeconds    float64          `json:"sol_s"`
+	SOLTerm       string           `json:"sol_term"`
+	Modeled       float64          `json:"modeled_s"`
+	Ratio         float64          `json:"modeled_over_sol"`
+	Bottleneck    bottleneckJSON   `json:"bottleneck"`
+	Measured      *float64         `json:"measured_s,omitempty"`
+	Error         *float64         `json:"error,omitempty"`
+	Source        string           `json:"measured_source,omitempty"`
+	Ops           int              `json:"ops"`
+	Flows         int              `json:"flows"`
+	Events        int64            `json:"events"`
+	Resources     []resourceJSON   `json:"resources"`
+	TensorClasses []evaluate.Class `json:"tensor_classes,omitempty"`
 }
 
 type bottleneckJSON struct {
@@ -51,6 +49,26 @@ type resourceJSON struct {
 	Bytes          int64   `json:"bytes"`
 	BusyMaxSeconds float64 `json:"busy_max_s"`
 	Utilization    float64 `json:"utilization_max"`
+}
+
+func simJSON(r *evaluate.Record) simRecord {
+	j := simRecord{
+		Point: map[string]any{}, Route: r.Route, Ideal: r.Ideal, UniqueBytes: r.UniqueBytes,
+		SOLSeconds: r.SOL.Seconds(), SOLTerm: r.SOLTerm, Modeled: r.Modeled.Seconds(), Ratio: r.Ratio(),
+		Bottleneck: bottleneckJSON{r.Bottleneck.Name, r.Bottleneck.Class, r.Bottleneck.Utilization},
+		Ops:        r.Ops, Flows: r.Flows, Events: r.Events, TensorClasses: r.TensorClasses,
+	}
+	if r.Point != nil {
+		j.Point = r.Point.Map()
+	}
+	if r.HasMeasured() {
+		m, e := r.Measured.Seconds(), r.MeasuredError()
+		j.Measured, j.Error, j.Source = &m, &e, r.MeasuredSource
+	}
+	for _, c := range r.Resources {
+		j.Resources = append(j.Resources, resourceJSON{c.Class, c.Bytes, c.Busy.Seconds(), c.Utilization})
+	}
+	return j
 }
 
 type simOutput struct {
@@ -79,31 +97,32 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 		return err
 	}
 	opt := sim.Options{Ideal: *ideal, Timeline: *trace != ""}
-	var out simOutput
+	var scName, tpName string
 	var jobs []simJob
 	if *irIn != "" {
 		if len(pos) > 0 {
 			return usagef("sim: give a scenario or --ir, not both")
 		}
-		j, tpName, err := irJob(*irIn, *topoName)
+		j, err := irJob(*irIn, *topoName)
 		if err != nil {
 			return err
 		}
-		out.Scenario, out.Topology = *irIn, tpName
+		scName, tpName = *irIn, *topoName
 		jobs = append(jobs, j)
 	} else {
 		sc, points, err := sel.load(pos)
 		if err != nil {
 			return err
 		}
-		out.Scenario = sc.Name
-		if jobs, out.Topology, err = simJobs(sc, points, &sel); err != nil {
+		scName = sc.Name
+		if jobs, tpName, err = simJobs(sc, points, &sel); err != nil {
 			return err
 		}
 	}
 	if (*trace != "" || *flowsOut != "") && len(jobs) != 1 {
 		return usagef("--trace and --flows write one simulation, but %d would run; pick one with --route and --point", len(jobs))
 	}
+	var recs []evaluate.Record
 	for _, j := range jobs {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -112,7 +131,7 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 		if err != nil {
 			return err
 		}
-		out.Records = append(out.Records, rec)
+		recs = append(recs, rec)
 		if *trace != "" {
 			if err := encodeFileAtomic("--trace", *trace, func(w io.Writer) error { return sim.WriteTrace(w, s, res) }); err != nil {
 				return err
@@ -125,12 +144,20 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 		}
 	}
 	if *asJSON {
-		return printJSON(e.stdout, out)
+		return printSimJSON(e, scName, tpName, recs)
 	}
-	return printSim(e, out, *ideal)
+	return printSim(e, scName, tpName, recs, *ideal)
 }
 
-// simJob is one simulation: a route at a scenario point, or an IR file.
+func printSimJSON(e *env, scName, tpName string, recs []evaluate.Record) error {
+	out := simOutput{Scenario: scName, Topology: tpName}
+	for i := range recs {
+		out.Records = append(out.Records, simJSON(&recs[i]))
+	}
+	return printJSON(e.stdout, out)
+}
+
+// simJob is one evaluation: a route at a scenario point, or an IR file.
 type simJob struct {
 	point *scenario.Point
 	route string
@@ -145,6 +172,10 @@ type simJob struct {
 func simJobs(sc *scenario.Scenario, points []*scenario.Point, sel *selection) ([]simJob, string, error) {
 	var jobs []simJob
 	preset := ""
+	refs := sc.References
+	if sel.scale != 1 { // a scaled tensor is not what was measured
+		refs = nil
+	}
 	for _, p := range points {
 		routes, err := sel.routesOf(p)
 		if err != nil {
@@ -152,115 +183,112 @@ func simJobs(sc *scenario.Scenario, points []*scenario.Point, sel *selection) ([
 		}
 		preset = p.Topology.Preset
 		for _, r := range routes {
-			jobs = append(jobs, simJob{point: p, route: r, refs: sc.References})
+			jobs = append(jobs, simJob{point: p, route: r, refs: refs})
 		}
 	}
 	return jobs, preset, nil
 }
 
-func irJob(path, preset string) (simJob, string, error) {
+// irJob reads a schedule from a file, on a topology preset grown to hold
+// its world.
+func irJob(path, preset string) (simJob, error) {
 	if preset == "" {
-		return simJob{}, "", usagef("--ir needs --topology (one of %s)", strings.Join(topo.PresetNames(), ", "))
+		return simJob{}, usagef("--ir needs --topology (one of %s)", strings.Join(topo.PresetNames(), ", "))
 	}
 	tp, err := topo.Preset(preset)
 	if err != nil {
-		return simJob{}, "", usageError{"--topology: " + err.Error()}
+		return simJob{}, usageError{"--topology: " + err.Error()}
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return simJob{}, "", err
+		return simJob{}, err
 	}
 	defer f.Close()
 	s, err := ir.Decode(f)
 	if err != nil {
-		return simJob{}, "", fmt.Errorf("%s: %w", path, err)
+		return simJob{}, fmt.Errorf("%s: %w", path, err)
 	}
-	for _, r := range s.World {
-		tp.Domains = max(tp.Domains, r.GPU/tp.GPUsPerDomain+1)
-	}
-	return simJob{sched: s, tp: tp, route: s.Route}, preset, nil
+	evaluate.FitTopology(tp, s)
+	return simJob{sched: s, tp: tp, route: s.Route}, nil
 }
 
-func (j simJob) run(sel *selection, opt sim.Options) (simRecord, *ir.Schedule, *sim.Result, error) {
-	var rec simRecord
-	s, tp := j.sched, j.tp
-	var tensors []ir.Tensor
-	if j.point != nil {
-		var err error
-		if s, err = sel.build(j.point, j.route); err != nil {
-			return rec, nil, nil, err
+// run evaluates the job.
+func (j simJob) run(sel *selection, opt sim.Options) (evaluate.Record, *ir.Schedule, *sim.Result, error) {
+	if j.point == nil {
+		rec, res, err := evaluate.Schedule(j.sched, j.tp, evaluate.Options{Sim: opt})
+		if err != nil {
+			return rec, nil, nil, fmt.Errorf("route %s: %w", j.route, err)
 		}
-		tp = j.point.Topology
-		rec.Point, rec.label = j.point.Map(), j.point.Label()
-		rec.TensorClasses = tensorClasses(j.point)
-	} else {
-		rec.Point, rec.label = map[string]any{}, "-"
+		return rec, j.sched, res, nil
 	}
-	tensors = s.Tensors
-	res, err := sim.Run(s, tp, opt)
+	chunk, err := sel.chunkOf(j.point)
 	if err != nil {
-		return rec, nil, nil, fmt.Errorf("point %s, route %s: %w", rec.label, j.route, err)
+		return evaluate.Record{}, nil, nil, err
 	}
-	rec.Route, rec.Ideal = j.route, opt.Ideal
-	rec.Modeled = res.Makespan.Seconds()
-	rec.Ops, rec.Flows, rec.Events = len(s.Ops), res.Flows, res.Events
-	rec.Bottleneck = bottleneckJSON{res.Bottleneck.Name, res.Bottleneck.Class, res.Bottleneck.Utilization}
-	if sol, err := plan.Bound(j.route, tensors, tp); err == nil {
-		rec.SOLSeconds, rec.SOLTerm, rec.UniqueBytes = sol.Time.Seconds(), sol.Term, sol.UniqueBytes
-		if sol.Time > 0 {
-			rec.Ratio = float64(res.Makespan) / float64(sol.Time)
-		}
-	}
-	rec.classes = sim.ByClass(res.Resources)
-	for _, c := range rec.classes {
-		rec.Resources = append(rec.Resources, resourceJSON{c.Class, c.Bytes, c.Busy.Seconds(), c.Utilization})
-	}
-	if j.point != nil && sel.scale == 1 { // a scaled tensor is not what was measured
-		for _, ref := range j.refs {
-			if ref.Route == j.route && ref.Matches(j.point) {
-				m := ref.Measured.Seconds()
-				e := rec.Modeled/m - 1
-				rec.Measured, rec.Error, rec.Source = &m, &e, ref.Source
-			}
-		}
-	}
-	return rec, s, res, nil
+	return evaluate.Point(j.point, j.route, evaluate.Options{Sim: opt, ChunkBytes: chunk, References: j.refs})
 }
 
-func printSim(e *env, out simOutput, ideal bool) error {
+func printSim(e *env, scName, tpName string, recs []evaluate.Record, ideal bool) error {
 	mode := "achievable rates, op latencies"
 	if ideal {
 		mode = "ideal: line rates, no latency"
 	}
-	fmt.Fprintf(e.stdout, "scenario %s on %s (%s); bytes counted exactly, rates decimal\n\n", out.Scenario, out.Topology, mode)
+	fmt.Fprintf(e.stdout, "scenario %s on %s (%s); bytes counted exactly, rates decimal\n\n", scName, tpName, mode)
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "point\troute\tSOL\tmodeled\tx SOL\tbottleneck\tmeasured\terror")
-	for _, r := range out.Records {
+	for i := range recs {
+		r := &recs[i]
 		meas, errs := "-", "-"
-		if r.Measured != nil {
-			meas = units.Time(*r.Measured * float64(units.Second)).String()
-			errs = fmt.Sprintf("%+.1f%%", *r.Error*100)
+		if r.HasMeasured() {
+			meas = r.Measured.String()
+			errs = fmt.Sprintf("%+.1f%%", r.MeasuredError()*100)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.3f\t%s (%.0f%%)\t%s\t%s\n", r.label, r.Route,
-			units.Time(r.SOLSeconds*float64(units.Second)), units.Time(r.Modeled*float64(units.Second)), r.Ratio,
-			r.Bottleneck.Resource, 100*r.Bottleneck.Utilization, meas, errs)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.3f\t%s (%.0f%%)\t%s\t%s\n", r.Label(), r.Route, r.SOL, r.Modeled, r.Ratio(),
+			r.Bottleneck.Name, 100*r.Bottleneck.Utilization, meas, errs)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if err := printClasses(e, out); err != nil {
+	if err := printClasses(e, recs); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "\nresources by class (bytes carried; the busiest port's busy time and utilization)\n")
 	tw = tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "point\troute\tclass\tbytes\tbusy max\tutilization max")
-	for _, r := range out.Records {
-		for _, c := range r.classes {
+	for i := range recs {
+		r := &recs[i]
+		for _, c := range r.Resources {
 			if c.Bytes == 0 {
 				continue
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.0f%%\n", r.label, r.Route, c.Class, units.Bytes(c.Bytes).Human(), c.Busy, 100*c.Utilization)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.0f%%\n", r.Label(), r.Route, c.Class, units.Bytes(c.Bytes).Human(), c.Busy, 100*c.Utilization)
 		}
 	}
 	return tw.Flush()
+}
+
+// printClasses writes each point's tensor classes once.
+func printClasses(e *env, recs []evaluate.Record) error {
+	seen := map[string]bool{}
+	for i := range recs {
+		r := &recs[i]
+		if len(r.TensorClasses) == 0 || seen[r.Label()] {
+			continue
+		}
+		seen[r.Label()] = true
+		var total int64
+		for _, c := range r.TensorClasses {
+			total += c.UniqueBytes
+		}
+		fmt.Fprintf(e.stdout, "\nworkload at point %s: %s in all, by class (weights: parameters as the frameworks store them)\n", r.Label(), units.Bytes(total).Human())
+		tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "class\tweights\tbytes\tshare")
+		for _, c := range r.TensorClasses {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%.1f%%\n", c.Class, c.Weights, units.Bytes(c.UniqueBytes).Human(), 100*float64(c.UniqueBytes)/float64(max(total, 1)))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
 }

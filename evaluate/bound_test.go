@@ -1,4 +1,4 @@
-package sim
+package evaluate
 
 import (
 	"math/rand/v2"
@@ -8,7 +8,49 @@ import (
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/plan"
 	"github.com/m2n-project/m2n/plan/ir"
+	"github.com/m2n-project/m2n/sim"
 )
+
+func paper(rho int) []ir.Tensor {
+	shape := []int64{256, 2048, 7168}
+	return []ir.Tensor{{
+		Name: "gate_proj",
+		Src:  layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{16}, Ranks: layout.RankRange(0, 16)}, Placements: []layout.Placement{layout.S(0)}},
+		Dst:  layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{rho, 8}, Ranks: layout.RankRange(72, 8*rho)}, Placements: []layout.Placement{layout.R, layout.S(1)}},
+	}}
+}
+
+func nvl72(domains int) *topo.Topology {
+	t, _ := topo.Preset("gb200-nvl72")
+	t.Domains = domains
+	return t
+}
+
+// With line rates and no latency, the simulated time of the paper's case
+// equals the SOL within 1% for every route.
+func TestIdealMatchesSOL(t *testing.T) {
+	for _, rho := range []int{2, 4, 8} {
+		for _, route := range plan.Routes {
+			s, err := plan.Build(paper(rho), nvl72(2), plan.Options{Route: route})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := sim.Run(s, nvl72(2), sim.Options{Ideal: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sol, err := plan.Bound(route, paper(rho), nvl72(2))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ratio := float64(res.Makespan) / float64(sol.Time)
+			t.Logf("rho %d %-12s SOL %v modeled %v ratio %.4f bottleneck %s", rho, route, sol.Time, res.Makespan, ratio, res.Bottleneck.Name)
+			if ratio < 1-1e-9 || ratio > 1.01 {
+				t.Errorf("rho %d %s: ideal %v vs SOL %v (ratio %.4f)", rho, route, res.Makespan, sol.Time, ratio)
+			}
+		}
+	}
+}
 
 // The nemo-legacy SOL is a lower bound: with line rates and no latency, no
 // schedule of the route runs faster, on random pipeline-staged batches
@@ -38,7 +80,7 @@ func TestLegacySOL(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := Run(s, tp, Options{Ideal: true})
+		res, err := sim.Run(s, tp, sim.Options{Ideal: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,8 +96,14 @@ func TestLegacySOL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, _ := Run(s, nvl72(2), Options{Ideal: true})
-	sol, _ := plan.Bound(plan.NemoLegacy, paper(2), nvl72(2))
+	res, err := sim.Run(s, nvl72(2), sim.Options{Ideal: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sol, err := plan.Bound(plan.NemoLegacy, paper(2), nvl72(2))
+	if err != nil {
+		t.Fatal(err)
+	}
 	B := 7168.0 * (1 << 20)
 	want := B/50e9 + 15*B/16/900e9
 	if got := sol.Time.Seconds(); got < want*(1-1e-9) || got > want*(1+1e-9) {

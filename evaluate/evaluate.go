@@ -1,0 +1,148 @@
+// Package evaluate evaluates one route at one point: it builds the
+// schedule, simulates it, bounds it and matches the scenario's reference
+// measurement, into one [Record]. `m2n sim`, `m2n report` and `m2n run`
+// fill and print that record. It is pure, as the planner and the
+// simulator it calls: no files, clocks, devices or global randomness.
+package evaluate
+
+import (
+	"fmt"
+
+	"github.com/m2n-project/m2n/model/scenario"
+	"github.com/m2n-project/m2n/model/topo"
+	"github.com/m2n-project/m2n/model/units"
+	"github.com/m2n-project/m2n/plan"
+	"github.com/m2n-project/m2n/plan/ir"
+	"github.com/m2n-project/m2n/sim"
+)
+
+// Record is one route evaluated at one point: the SOL bound beside the
+// simulated time, with the bottleneck and, where the scenario has one, the
+// reference measurement.
+type Record struct {
+	Point *scenario.Point // nil for a schedule read from a file
+	Route string
+	Ideal bool // simulated at line rates with zero latencies
+
+	UniqueBytes int64      // bytes of the tensors, each counted once
+	SOL         units.Time // the speed-of-light bound (plan.Bound), line rates
+	SOLTerm     string     // the binding term of the bound, e.g. "network egress of rank 0"
+
+	Modeled    units.Time         // the simulated time
+	ModeledOn  string             // what the simulation ran on: the topology's preset, or the loopback GPU
+	Bottleneck sim.ResourceStat   // the most utilized resource
+	Resources  []sim.ResourceStat // the resources summed by class (sim.ByClass)
+	Ops        int                // ops of the schedule
+	Flows      int                // flows simulated
+	Events     int64              // flow starts plus flow ends
+
+	Measured       units.Time // the scenario's reference measurement; 0 without one
+	MeasuredSource string     // where the measurement comes from
+	MeasuredNote   string     // the reference's note, e.g. "approximate"
+
+	// TensorClasses sums a workload's tensors by class; nil without one.
+	TensorClasses []Class
+}
+
+// Label names the record's point in tables: the point's label, or "-" for
+// a schedule read from a file.
+func (r *Record) Label() string {
+	if r.Point == nil {
+		return "-"
+	}
+	return r.Point.Label()
+}
+
+// HasMeasured reports whether the record has a reference measurement.
+func (r *Record) HasMeasured() bool { return r.Measured > 0 }
+
+// MeasuredError is modeled / measured - 1; 0 without a measurement.
+func (r *Record) MeasuredError() float64 {
+	if !r.HasMeasured() {
+		return 0
+	}
+	return r.Modeled.Seconds()/r.Measured.Seconds() - 1
+}
+
+// Ratio is modeled / SOL; 0 when the SOL is 0.
+func (r *Record) Ratio() float64 {
+	if r.SOL <= 0 {
+		return 0
+	}
+	return float64(r.Modeled) / float64(r.SOL)
+}
+
+// Options tune an evaluation.
+type Options struct {
+	Sim        sim.Options
+	ChunkBytes int64 // the pipelining chunk; 0 means plan.DefaultChunkBytes
+	// References are the scenario's measurements; the last one matching the
+	// route and point is the record's. Leave them out for a point whose
+	// tensors are not what was measured (scaled down, say).
+	References []scenario.Reference
+	// LoopbackMemory, when set, models the GPU executor's loopback mode:
+	// every rank on one GPU that copies at this rate (read+write). The SOL
+	// stays the bound on the point's cluster.
+	LoopbackMemory units.Bandwidth
+}
+
+// Point builds the route at a sweep point and evaluates its schedule. It
+// returns the schedule and the simulation with the record, for a trace.
+func Point(p *scenario.Point, route string, opt Options) (Record, *ir.Schedule, *sim.Result, error) {
+	tensors := make([]ir.Tensor, len(p.Tensors))
+	for i, t := range p.Tensors {
+		tensors[i] = ir.Tensor{Name: t.Name, Src: t.Src, Dst: t.Dst}
+	}
+	s, err := plan.Build(tensors, p.Topology, plan.Options{Route: route, ChunkBytes: opt.ChunkBytes})
+	if err != nil {
+		return Record{}, nil, nil, fmt.Errorf("point %s, route %s: %w", p.Label(), route, err)
+	}
+	rec, res, err := Schedule(s, p.Topology, opt)
+	if err != nil {
+		return Record{}, nil, nil, fmt.Errorf("point %s, route %s: %w", p.Label(), route, err)
+	}
+	rec.Point = p
+	rec.TensorClasses = TensorClasses(p)
+	for _, ref := range opt.References {
+		if ref.Route == route && ref.Matches(p) {
+			rec.Measured, rec.MeasuredSource, rec.MeasuredNote = ref.Measured, ref.Source, ref.Note
+		}
+	}
+	return rec, s, res, nil
+}
+
+// Schedule evaluates a built schedule on a topology: it simulates the
+// schedule and bounds its route over the schedule's tensors. A failure of
+// either is an error, never a zero in the record.
+func Schedule(s *ir.Schedule, tp *topo.Topology, opt Options) (Record, *sim.Result, error) {
+	rec := Record{Route: s.Route, Ideal: opt.Sim.Ideal, Ops: len(s.Ops), ModeledOn: tp.Preset}
+	sol, err := plan.Bound(s.Route, s.Tensors, tp)
+	if err != nil {
+		return rec, nil, fmt.Errorf("SOL bound: %w", err)
+	}
+	rec.SOL, rec.SOLTerm, rec.UniqueBytes = sol.Time, sol.Term, sol.UniqueBytes
+	mtp, sopt := tp, opt.Sim
+	if opt.LoopbackMemory > 0 {
+		mtp = tp.Clone()
+		mtp.Memory = opt.LoopbackMemory
+		sopt.Loopback = true
+		rec.ModeledOn = fmt.Sprintf("one GPU at %.0f GB/s", opt.LoopbackMemory.GBps())
+	}
+	res, err := sim.Run(s, mtp, sopt)
+	if err != nil {
+		return rec, nil, fmt.Errorf("simulation: %w", err)
+	}
+	rec.Modeled, rec.Flows, rec.Events = res.Makespan, res.Flows, res.Events
+	rec.Bottleneck = res.Bottleneck
+	rec.Resources = sim.ByClass(res.Resources)
+	return rec, res, nil
+}
+
+// FitTopology grows a topology by whole NVLink domains until it holds
+// every GPU of a schedule's world: a schedule read from a file may span
+// more domains than its preset.
+func FitTopology(tp *topo.Topology, s *ir.Schedule) {
+	for _, r := range s.World {
+		tp.Domains = max(tp.Domains, r.GPU/tp.GPUsPerDomain+1)
+	}
+}
