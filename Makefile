@@ -42,10 +42,11 @@ report: build ## regenerate the README's headline chart and table (docs/figures)
 test: lint purity ## lint, check the pure core has no cgo, run every test
 	$(GO) test -shuffle=on ./...
 
-lint: ## gofmt and go vet
+lint: ## gofmt, go vet, and the import rules of docs/architecture.md
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) test -count=1 ./internal/importrules
 
 purity: ## the planner, simulator, evaluation, models and reports build without cgo
 	@deps=$$($(GO) list -deps -f '{{if and .CgoFiles (not .Standard)}}{{.ImportPath}}{{end}}' $(PURE)); \
