@@ -10,7 +10,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 
 	"github.com/m2n-project/m2n/model/scenario"
@@ -273,15 +272,6 @@ func stageFile(dir, name string, data []byte) (string, error) {
 		return "", err
 	}
 	return tmp, nil
-}
-
-func sortedNames[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // version is set by the build (-ldflags "-X main.version=...").

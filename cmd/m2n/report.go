@@ -72,7 +72,7 @@ their old versions together.`)
 		return err
 	}
 	if *asJSON {
-		return printSimJSON(e, sc.Name, tpName, recs)
+		return printJSON(e.stdout, reports.SimJSON(sc.Name, tpName, recs))
 	}
 	fmt.Fprintf(e.stdout, "report of %s (%d simulations) written to %s:\n", sc.Name, len(recs), *outDir)
 	for _, f := range files {

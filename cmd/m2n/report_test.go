@@ -12,6 +12,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -208,7 +209,13 @@ func TestReportJSON(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	var out simOutput
+	var out struct {
+		Scenario string `json:"scenario"`
+		Records  []struct {
+			Route    string   `json:"route"`
+			Measured *float64 `json:"measured_s"`
+		} `json:"records"`
+	}
 	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
 		t.Fatalf("stdout is not the JSON of m2n sim --json: %v\n%s", err, stdout)
 	}
@@ -347,4 +354,13 @@ func TestReportShippedSweeps(t *testing.T) {
 			}
 		})
 	}
+}
+
+func sortedNames[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

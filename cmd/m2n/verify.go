@@ -8,18 +8,19 @@ import (
 	"github.com/m2n-project/m2n/model/units"
 	"github.com/m2n-project/m2n/plan/hostexec"
 	"github.com/m2n-project/m2n/plan/ir"
+	"github.com/m2n-project/m2n/reports"
 )
 
 type verifyOutput struct {
-	File         string     `json:"file"`
-	Route        string     `json:"route"`
-	Ops          int        `json:"ops"`
-	Transfers    int        `json:"transfers"`
-	Bytes        classBytes `json:"bytes"`
-	Verified     bool       `json:"verified"`
-	Executed     bool       `json:"executed"`
-	CheckedBytes int64      `json:"checked_bytes,omitempty"`
-	WrongBytes   int64      `json:"wrong_bytes,omitempty"`
+	File         string             `json:"file"`
+	Route        string             `json:"route"`
+	Ops          int                `json:"ops"`
+	Transfers    int                `json:"transfers"`
+	Bytes        reports.ClassBytes `json:"bytes"`
+	Verified     bool               `json:"verified"`
+	Executed     bool               `json:"executed"`
+	CheckedBytes int64              `json:"checked_bytes,omitempty"`
+	WrongBytes   int64              `json:"wrong_bytes,omitempty"`
 }
 
 func runVerify(_ context.Context, e *env, args []string) error {
@@ -46,7 +47,7 @@ check that it is well formed and moves exactly the right bytes, and with
 		return fmt.Errorf("%s: %w", pos[0], err)
 	}
 	st := s.Stats()
-	out := verifyOutput{File: pos[0], Route: s.Route, Ops: st.Ops, Transfers: st.Transfers, Bytes: byClass(st.Bytes), Verified: true}
+	out := verifyOutput{File: pos[0], Route: s.Route, Ops: st.Ops, Transfers: st.Transfers, Bytes: reports.ByClass(st.Bytes), Verified: true}
 	if *exec {
 		res, err := hostexec.Run(s, hostexec.Options{Seed: 1})
 		if err != nil {

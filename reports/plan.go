@@ -1,0 +1,152 @@
+package reports
+
+import (
+	"encoding/hex"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/m2n-project/m2n/model/scenario"
+	"github.com/m2n-project/m2n/model/units"
+	"github.com/m2n-project/m2n/plan"
+	"github.com/m2n-project/m2n/plan/ir"
+)
+
+// The command line's views of plans: the text tables and the JSON records
+// of `m2n plan` (docs/cli.md).
+
+// PlanTensor is the regions summary of one tensor at one sweep point.
+// docs/cli.md documents every field.
+type PlanTensor struct {
+	Point          map[string]any `json:"point"`
+	Tensor         string         `json:"tensor"`
+	Src            string         `json:"src"`
+	Dst            string         `json:"dst"`
+	UniqueBytes    int64          `json:"unique_bytes"`
+	NeedBytesMin   int64          `json:"need_bytes_min"`
+	NeedBytesMax   int64          `json:"need_bytes_max"`
+	Regions        int            `json:"regions"`
+	Transfers      int            `json:"transfers"`
+	LocalCopies    int            `json:"local_copies"`
+	TransferBytes  int64          `json:"transfer_bytes"`
+	LocalBytes     int64          `json:"local_bytes"`
+	EgressBytesMin int64          `json:"src_egress_bytes_min"`
+	EgressBytesMax int64          `json:"src_egress_bytes_max"`
+	Digest         string         `json:"digest"`
+
+	Label string `json:"-"` // the point's label
+}
+
+// ClassBytes is a byte count per path class (docs/cli.md).
+type ClassBytes struct {
+	Network int64 `json:"network"`
+	NVLink  int64 `json:"nvlink"`
+	Local   int64 `json:"local"`
+}
+
+func ByClass(v [3]int64) ClassBytes {
+	return ClassBytes{Network: v[ir.Net], NVLink: v[ir.NVLink], Local: v[ir.Local]}
+}
+
+// PlanRoute is the schedule summary of one route at one sweep point.
+type PlanRoute struct {
+	Point           map[string]any `json:"point"`
+	Route           string         `json:"route"`
+	ChunkBytes      int64          `json:"chunk_bytes"`
+	UniqueBytes     int64          `json:"unique_bytes"`
+	Ops             int            `json:"ops"`
+	Transfers       int            `json:"transfers"`
+	Bytes           ClassBytes     `json:"bytes"`
+	MaxEgress       ClassBytes     `json:"max_egress_bytes"`
+	MaxIngress      ClassBytes     `json:"max_ingress_bytes"`
+	StagingBytesMax int64          `json:"staging_bytes_max"`
+	Verified        *bool          `json:"verified,omitempty"`
+	CheckedBytes    int64          `json:"checked_bytes,omitempty"`
+	WrongBytes      int64          `json:"wrong_bytes,omitempty"`
+
+	Label string `json:"-"` // the point's label
+}
+
+// PlanOutput is the output of `m2n plan`: its JSON form is `--json`'s.
+type PlanOutput struct {
+	Scenario    string       `json:"scenario"`
+	Description string       `json:"-"`
+	Tensors     []PlanTensor `json:"tensors"`
+	Routes      []PlanRoute  `json:"routes"`
+}
+
+// NewPlanTensor summarizes the regions of one tensor at a point.
+func NewPlanTensor(p *scenario.Point, tensor string, r *plan.Regions) PlanTensor {
+	st := r.Stats()
+	d := r.Digest()
+	return PlanTensor{
+		Point: p.Map(), Tensor: tensor, Src: r.Src.String(), Dst: r.Dst.String(),
+		UniqueBytes: st.UniqueBytes, NeedBytesMin: st.NeedMin, NeedBytesMax: st.NeedMax,
+		Regions: st.Contributions, Transfers: st.Transfers, LocalCopies: st.LocalCopies,
+		TransferBytes: st.TransferBytes, LocalBytes: st.LocalBytes,
+		EgressBytesMin: st.EgressMin, EgressBytesMax: st.EgressMax,
+		Digest: hex.EncodeToString(d[:]), Label: p.Label(),
+	}
+}
+
+// NewPlanRoute summarizes the schedule of one route at a point.
+func NewPlanRoute(p *scenario.Point, s *ir.Schedule) PlanRoute {
+	var unique int64
+	for _, t := range p.Tensors {
+		unique += t.Src.Bytes()
+	}
+	st := s.Stats()
+	return PlanRoute{
+		Point: p.Map(), Route: s.Route, ChunkBytes: s.ChunkBytes, UniqueBytes: unique,
+		Ops: st.Ops, Transfers: st.Transfers,
+		Bytes: ByClass(st.Bytes), MaxEgress: ByClass(st.MaxEgress), MaxIngress: ByClass(st.MaxIngress),
+		StagingBytesMax: st.MaxStaging, Label: p.Label(),
+	}
+}
+
+// WritePlanTable writes the text tables of `m2n plan`: the regions of each
+// tensor, and the schedule of each route, with the host check when one ran.
+func WritePlanTable(w io.Writer, out PlanOutput, check bool) error {
+	fmt.Fprintf(w, "scenario %s: %s\n\nregions\n", out.Scenario, out.Description)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "point\ttensor\tunique\tneed/dst rank\tregions\ttransfers\tlocal\tegress/src rank\tdigest")
+	for _, rec := range out.Tensors {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n",
+			rec.Label, rec.Tensor, units.Bytes(rec.UniqueBytes).Human(),
+			span(rec.NeedBytesMin, rec.NeedBytesMax), rec.Regions, rec.Transfers, rec.LocalCopies,
+			span(rec.EgressBytesMin, rec.EgressBytesMax), rec.Digest[:12])
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\nschedules (bytes by path: network / NVLink / local copies)\n")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	head := "point\troute\tops\ttransfers\tnetwork\tnvlink\tlocal\tmax net egress\tmax net ingress\tmax nvlink egress\tmax staging"
+	if check {
+		head += "\tcheck"
+	}
+	fmt.Fprintln(tw, head)
+	for _, r := range out.Routes {
+		h := func(v int64) string { return units.Bytes(v).Human() }
+		line := fmt.Sprintf("%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s", r.Label, r.Route, r.Ops, r.Transfers,
+			h(r.Bytes.Network), h(r.Bytes.NVLink), h(r.Bytes.Local),
+			h(r.MaxEgress.Network), h(r.MaxIngress.Network), h(r.MaxEgress.NVLink), h(r.StagingBytesMax))
+		if r.Verified != nil {
+			if *r.Verified {
+				line += fmt.Sprintf("\tok, %s exact", h(r.CheckedBytes))
+			} else {
+				line += fmt.Sprintf("\t%d WRONG bytes", r.WrongBytes)
+			}
+		}
+		fmt.Fprintln(tw, line)
+	}
+	return tw.Flush()
+}
+
+// span writes a min..max byte range, or one value when they are equal.
+func span(lo, hi int64) string {
+	if lo == hi {
+		return units.Bytes(lo).Human()
+	}
+	return units.Bytes(lo).Human() + " .. " + units.Bytes(hi).Human()
+}
