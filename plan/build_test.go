@@ -30,21 +30,36 @@ func nvl72(domains int) *topo.Topology {
 	return t
 }
 
+// The paper's layer on two NVL72 domains (sources in the first, every
+// destination in the second): each route moves the bytes its design says
+// over the network, and hierarchical replicates over NVLink what flat sends
+// over the network.
 func TestBuildPaper(t *testing.T) {
+	B := int64(7168) << 20
 	for _, rho := range []int{2, 4, 8} {
+		net := map[string]int64{Flat: int64(rho) * B, Hierarchical: B, AGBcast: B, NemoLegacy: B}
+		nvl := map[string]int64{Flat: 0, Hierarchical: int64(rho-1) * B}
 		for _, route := range Routes {
 			t0 := time.Now()
 			s, err := Build(paperTensors(rho), nvl72(2), Options{Route: route})
 			if err != nil {
 				t.Fatalf("rho %d %s: %v", rho, route, err)
 			}
+			st := s.Stats()
 			t.Logf("rho %d %-12s %6d ops %5d buffers %v", rho, route, len(s.Ops), len(s.Buffers), time.Since(t0))
+			if st.Bytes[ir.Net] != net[route] {
+				t.Errorf("rho %d %s: %d network bytes, want %d", rho, route, st.Bytes[ir.Net], net[route])
+			}
+			if want, ok := nvl[route]; ok && st.Bytes[ir.NVLink] != want {
+				t.Errorf("rho %d %s: %d NVLink bytes, want %d", rho, route, st.Bytes[ir.NVLink], want)
+			}
+			if s.Route != route || len(s.Tensors) != 1 || len(s.World) != 16+8*rho {
+				t.Errorf("rho %d %s: route %q, %d tensors, %d ranks", rho, route, s.Route, len(s.Tensors), len(s.World))
+			}
 		}
 	}
 }
 
-// BenchmarkBuildPaper plans and verifies the paper scenario: each route at
-// each replication factor.
 func BenchmarkBuildPaper(b *testing.B) {
 	for _, rho := range []int{2, 4, 8} {
 		for _, route := range Routes {
