@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -45,8 +46,15 @@ func TestLibraryNotFound(t *testing.T) {
 func TestGPUDevices(t *testing.T) {
 	devs, err := Devices()
 	skipWithoutGPU(t, err)
-	for _, d := range devs {
+	if len(devs) == 0 {
+		t.Fatal("the driver loaded but lists no GPU")
+	}
+	arch := regexp.MustCompile(`^sm_[1-9][0-9]+$`)
+	for i, d := range devs {
 		t.Logf("GPU %d: %s, %s, %s, %s, %d SMs", d.Index, d.Name, units.Bytes(d.Memory).Human(), d.PCIBusID, d.Arch, d.SMs)
+		if d.Index != i || d.Name == "" || d.Memory < 1<<30 || d.PCIBusID == "" || !arch.MatchString(d.Arch) || d.SMs <= 0 {
+			t.Errorf("GPU %d: %+v: want its index, a name, at least 1 GiB, a PCI bus id, an sm_XY arch and SMs", i, d)
+		}
 	}
 }
 

@@ -31,6 +31,19 @@ func Inventory() ([]GPUInfo, error) {
 		return nil, fmt.Errorf("nvml init: %w", ret)
 	}
 	defer lib.Shutdown()
+	return inventory(lib, fabricV3)
+}
+
+// fabricQuery reads a GPU's NVLink fabric registration. go-nvml's mock
+// devices cannot answer the versioned query (it calls the library itself),
+// so tests pass their own.
+type fabricQuery func(nvml.Device) (nvml.GpuFabricInfo_v3, nvml.Return)
+
+func fabricV3(d nvml.Device) (nvml.GpuFabricInfo_v3, nvml.Return) { return d.GetGpuFabricInfoV().V3() }
+
+// inventory lists the GPUs of an initialized NVML: the library, or a mock
+// machine in tests.
+func inventory(lib nvml.Interface, fabric fabricQuery) ([]GPUInfo, error) {
 	n, ret := lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("nvml device count: %w", ret)
@@ -92,7 +105,7 @@ func Inventory() ([]GPUInfo, error) {
 			}
 		}
 		g.fillNVLinkSpeed()
-		if fi, ret := d.GetGpuFabricInfoV().V3(); ret == nvml.SUCCESS {
+		if fi, ret := fabric(d); ret == nvml.SUCCESS {
 			g.FabricState = fabricState(fi.State)
 			if fi.State == nvml.GPU_FABRIC_STATE_COMPLETED && fi.ClusterUuid != [16]uint8{} {
 				g.ClusterUUID = fmt.Sprintf("%x", fi.ClusterUuid[:])
