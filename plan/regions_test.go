@@ -221,7 +221,7 @@ func TestDeriveFixed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// DESIGN.md's worked example: 16 x 8 = 128 contributions of
+		// docs/layouts.md's worked example: 16 x 8 = 128 contributions of
 		// [16, 256, 7168] (56 MiB), B = 7168 MiB.
 		if len(r.Contribs) != 128 || len(r.DstSlots) != 8 || len(r.SrcSlots) != 16 {
 			t.Fatalf("rho %d: %d contributions, %d dst slots, %d src slots", rho, len(r.Contribs), len(r.DstSlots), len(r.SrcSlots))

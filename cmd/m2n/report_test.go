@@ -98,9 +98,10 @@ func resultsBlock(s string) (string, bool) {
 }
 
 // TestReportPaper runs `m2n report` on the paper scenario: the SOL column is
-// DESIGN.md's under m2n's byte convention, the measured column holds the
-// paper's numbers, every file is there and sound, and the committed
-// headline assets (docs/figures, the README's table) are up to date.
+// the paper case of docs/sim.md's SOL model under m2n's byte convention,
+// the measured column holds the paper's numbers, every file is there and
+// sound, and the committed headline assets (docs/figures, the README's
+// table) are up to date.
 func TestReportPaper(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "new", "paper")
 	stdout, stderr, code := run(t, "report", "paper-ffn-moe", "-o", dir)
@@ -114,10 +115,12 @@ func TestReportPaper(t *testing.T) {
 	}
 
 	t.Run("SOL and measured", func(t *testing.T) {
-		// DESIGN.md's table, which counts 7168 MB as 7.168e9 bytes; m2n
-		// counts the 7168 MiB exactly, 1.048576 times more.
+		// The paper's SOL figures (docs/sim.md: flat rho B / (16 B_N),
+		// hierarchical B / (16 B_N), agbcast B / B_N), which count 7168 MB
+		// as 7.168e9 bytes; m2n counts the 7168 MiB exactly, 1.048576 times
+		// more (docs/sim.md, byte convention).
 		const mib = 1.048576
-		designSOL := map[string]map[string]float64{
+		paperSOL := map[string]map[string]float64{
 			"flat":         {"2": 17.92e-3, "4": 35.84e-3, "8": 71.68e-3},
 			"hierarchical": {"2": 8.96e-3, "4": 8.96e-3, "8": 8.96e-3},
 			"agbcast":      {"2": 143.36e-3, "4": 143.36e-3, "8": 143.36e-3},
@@ -137,8 +140,8 @@ func TestReportPaper(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := designSOL[route][rho] * mib; math.Abs(sol/want-1) > 1e-9 {
-				t.Errorf("rho %s %s: SOL %v s, want DESIGN.md's %v s x 1.048576 = %v s", rho, route, sol, designSOL[route][rho], want)
+			if want := paperSOL[route][rho] * mib; math.Abs(sol/want-1) > 1e-9 {
+				t.Errorf("rho %s %s: SOL %v s, want the paper's %v s x 1.048576 = %v s", rho, route, sol, paperSOL[route][rho], want)
 			}
 			if got, want := rec[cols["measured_s"]], paper[route][rho]; got != want {
 				t.Errorf("rho %s %s: measured_s %q, want the paper's %q", rho, route, got, want)

@@ -146,7 +146,7 @@ type Op struct {
 	Peer   int32  // send: the receiving rank; recv: the sending rank; else -1
 	Match  int32  // send/recv: the ID of the matching op; else -1
 	DepOff int32  // dependencies: DepPool[DepOff : DepOff+DepLen], each an ID smaller than this op's
-	DepLen int32  //
+	DepLen int32  // how many dependencies there are
 	Src    Region // what a send, copy, pack or unpack reads
 	Dst    Region // what a recv, copy, pack or unpack writes
 }
