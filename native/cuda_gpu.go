@@ -11,6 +11,7 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -49,9 +50,18 @@ type cudaGPU struct {
 	owner   map[handle]int  // stream or event -> device
 	isEvent map[handle]bool // which handles are events (the rest are streams)
 	counter map[int]uint64  // device -> 16 bytes for verify's counters
-	comms   []C.uptr
 	timeout time.Duration
 	graphs  []C.uptr
+
+	// commMu guards comms, which abort may empty from the watchdog's
+	// goroutine while a blocking NCCL call waits on another thread.
+	commMu sync.Mutex
+	comms  []C.uptr // every communicator, for errors and abort
+	// watched: NCCL calls that can block on a peer (a blocking
+	// communicator's ncclGroupEnd, ncclCommSplit) run under a watchdog that
+	// aborts every communicator after the timeout, as PyTorch's
+	// ProcessGroupNCCL does.
+	aborted bool
 }
 
 func cudaDevice(ord int) (C.int, error) {
@@ -153,6 +163,44 @@ func newCUDA(devs []int, timeout time.Duration) (*cudaGPU, error) {
 		g.counter[dv] = uint64(p)
 	}
 	return g, nil
+}
+
+// enablePeers lets every device read and write every other's memory, so a
+// device copy between two GPUs runs over NVLink by the copy engines.
+func (g *cudaGPU) enablePeers(devs []int) error {
+	for _, a := range devs {
+		for _, b := range devs {
+			if a == b {
+				continue
+			}
+			var can C.int
+			da, err := cudaDevice(a)
+			if err != nil {
+				return err
+			}
+			db, err := cudaDevice(b)
+			if err != nil {
+				return err
+			}
+			if r := C.m2n_cuDeviceCanAccessPeer(&can, da, db); r != 0 {
+				return cuErr("cuDeviceCanAccessPeer", r)
+			}
+			if can == 0 {
+				return fmt.Errorf("GPU %d cannot access GPU %d's memory directly (no NVLink or PCIe peer path); use --transport nccl", a, b)
+			}
+			err = g.on(a, func() error {
+				r := C.m2n_cuCtxEnablePeerAccess(g.ctx[b])
+				if r == 704 { // CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+					return nil
+				}
+				return cuErr("cuCtxEnablePeerAccess", r)
+			})
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // use makes a device's context current on this thread.
@@ -393,8 +441,14 @@ func poll(timeout time.Duration, done func() (bool, error)) (bool, error) {
 	}
 }
 
+func (g *cudaGPU) commList() []C.uptr {
+	g.commMu.Lock()
+	defer g.commMu.Unlock()
+	return append([]C.uptr(nil), g.comms...)
+}
+
 func (g *cudaGPU) commErrors() error {
-	for _, c := range g.comms {
+	for _, c := range g.commList() {
 		var st C.int
 		if r := C.m2n_ncclCommGetAsyncError(c, &st); r != 0 {
 			return ncclErr("ncclCommGetAsyncError", r, uintptr(c))
@@ -406,11 +460,30 @@ func (g *cudaGPU) commErrors() error {
 	return nil
 }
 
+// abort drops every communicator without waiting for its work; safe to
+// call from another goroutine while an NCCL call blocks, and more than once.
 func (g *cudaGPU) abort() {
-	for _, c := range g.comms {
+	g.commMu.Lock()
+	cs := g.comms
+	g.comms, g.aborted = nil, g.aborted || len(cs) > 0
+	g.commMu.Unlock()
+	for _, c := range cs {
 		C.m2n_ncclCommAbort(c)
 	}
-	g.comms = nil
+}
+
+// watched runs an NCCL call that may block on a peer; if it has not
+// returned after the timeout, every communicator is aborted (which makes
+// the call return) and the result is a timeout.
+func (g *cudaGPU) watched(call string, f func() C.ncclResult_t) error {
+	fired := make(chan struct{})
+	t := time.AfterFunc(g.timeout, func() { close(fired); g.abort() })
+	r := f()
+	if !t.Stop() {
+		<-fired
+		return fmt.Errorf("%w: %s did not return within %v (a peer that stopped answering?); the NCCL communicators were aborted", ErrTimeout, call, g.timeout)
+	}
+	return ncclErr(call, r, 0)
 }
 
 func (g *cudaGPU) copy(dst, src uint64, n int64, st handle) error {
@@ -503,11 +576,14 @@ func (g *cudaGPU) verify(a *patternArgs, st handle) (bad, first int64, err error
 func (g *cudaGPU) groupStart() error { return ncclErr("ncclGroupStart", C.m2n_ncclGroupStart(), 0) }
 
 func (g *cudaGPU) groupEnd() error {
-	r := C.m2n_ncclGroupEnd()
+	var r C.ncclResult_t
+	if err := g.watched("ncclGroupEnd", func() C.ncclResult_t { r = C.m2n_ncclGroupEnd(); return 0 }); err != nil {
+		return err
+	}
 	if r == ncclInProgress { // non-blocking communicators: wait for the group to be enqueued
 		ok, err := poll(g.timeout, func() (bool, error) {
 			pending := false
-			for _, c := range g.comms {
+			for _, c := range g.commList() {
 				var st C.int
 				C.m2n_ncclCommGetAsyncError(c, &st)
 				if st == ncclInProgress {
@@ -579,10 +655,12 @@ func (g *cudaGPU) launchGraph(x, st handle) error {
 }
 
 func (g *cudaGPU) close() error {
-	for _, c := range g.comms {
+	for _, c := range g.commList() {
 		C.m2n_ncclCommDestroy(c)
 	}
+	g.commMu.Lock()
 	g.comms = nil
+	g.commMu.Unlock()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	for h, dev := range g.owner {
@@ -621,11 +699,12 @@ func New(s *ir.Schedule, opt Options) (*Executor, error) {
 	if err := s.Validate(); err != nil {
 		return nil, fmt.Errorf("schedule: %w", err)
 	}
-	if opt.Backend == NCCL && opt.Graph {
+	if opt.Backend == NCCL && opt.Graph && opt.Launch == nil {
 		// Capturing NCCL send/recv of two GPUs in one graph failed on two
 		// H200s with NCCL 2.28, and the communicators then hung in
-		// ncclCommDestroy (docs/native.md); refuse rather than hang.
-		return nil, errors.New("CUDA graphs with the nccl backend are not supported yet (capture across GPUs failed on 2 x H200, NCCL 2.28); run with --graph=false")
+		// ncclCommDestroy (docs/native.md); refuse rather than hang. One
+		// process per GPU captures its own rank's work.
+		return nil, errors.New("CUDA graphs with the nccl backend need one process per GPU (capture across GPUs of one process failed on 2 x H200, NCCL 2.28); run under a launcher or with --graph=false")
 	}
 	devOf, peerOf := map[int32]int{}, map[int32]int{}
 	var devs []int
@@ -642,6 +721,15 @@ func New(s *ir.Schedule, opt Options) (*Executor, error) {
 		}
 		devs = []int{opt.Device}
 	case NCCL:
+		if opt.Transport == "" {
+			opt.Transport = TransportNCCL
+		}
+		if opt.Transport != TransportCopy && opt.Transport != TransportNCCL {
+			return nil, fmt.Errorf("transport %q: want %s or %s", opt.Transport, TransportNCCL, TransportCopy)
+		}
+		if opt.Transport == TransportCopy && opt.Launch != nil {
+			return nil, fmt.Errorf("%w: the copy transport over several GPUs needs one process (CUDA IPC between processes is not implemented); leave --transport out under a launcher", ErrNotSupported)
+		}
 		if opt.Launch == nil {
 			for i, r := range s.World {
 				devOf[int32(r.Rank)], peerOf[int32(r.Rank)] = i, i
@@ -669,7 +757,13 @@ func New(s *ir.Schedule, opt Options) (*Executor, error) {
 		return nil, err
 	}
 	comms := map[int]handle{}
-	if opt.Backend == NCCL || opt.Transport == TransportNCCL {
+	if opt.Backend == NCCL && opt.Transport == TransportCopy {
+		if err := g.enablePeers(devs); err != nil {
+			g.close()
+			return nil, err
+		}
+	}
+	if opt.Transport == TransportNCCL {
 		if err := g.initNCCL(opt, devs, comms); err != nil {
 			g.close()
 			return nil, err
@@ -732,7 +826,9 @@ func (g *cudaGPU) initNCCL(opt Options, devs []int, comms map[int]handle) error 
 	if r != 0 && r != ncclInProgress {
 		return ncclErr("ncclCommInitRankConfig", r, 0)
 	}
+	g.commMu.Lock()
 	g.comms = append(g.comms, c)
+	g.commMu.Unlock()
 	deadline := time.Now().Add(opt.Timeout)
 	for {
 		var st C.int
@@ -755,7 +851,44 @@ func (g *cudaGPU) initNCCL(opt Options, devs []int, comms map[int]handle) error 
 			return err
 		}
 	}
-	comms[devs[0]] = handle(c)
+	if os.Getenv("M2N_NCCL_BLOCKING") == "0" {
+		comms[devs[0]] = handle(c)
+		return nil
+	}
+	// The ops run on a blocking child communicator: a non-blocking one
+	// hands every ncclGroupEnd to a thread of NCCL's and must be polled
+	// until the group is enqueued, about 80 us a group on two H200s
+	// (docs/calibration.md). The parent, non-blocking, formed under the
+	// timeout above; the watchdog covers the child's blocking calls.
+	var child C.uptr
+	var sr C.ncclResult_t
+	if err := g.watched("ncclCommSplit", func() C.ncclResult_t { sr = C.m2n_ncclCommSplit(c, 0, C.int(l.Rank), &child, 1); return 0 }); err != nil {
+		return err
+	}
+	if sr != 0 && sr != ncclInProgress {
+		g.abort()
+		return ncclErr("ncclCommSplit", sr, uintptr(c))
+	}
+	g.commMu.Lock()
+	g.comms = append(g.comms, child)
+	g.commMu.Unlock()
+	for deadline := time.Now().Add(opt.Timeout); ; {
+		var st C.int
+		C.m2n_ncclCommGetAsyncError(child, &st)
+		if st == 0 {
+			break
+		}
+		if st != ncclInProgress {
+			g.abort()
+			return ncclErr("ncclCommSplit", C.ncclResult_t(st), uintptr(child))
+		}
+		if time.Now().After(deadline) {
+			g.abort()
+			return fmt.Errorf("%w: ncclCommSplit did not finish within %v", ErrTimeout, opt.Timeout)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	comms[devs[0]] = handle(child)
 	return nil
 }
 

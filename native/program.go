@@ -3,6 +3,7 @@ package native
 import (
 	"container/heap"
 	"fmt"
+	"math"
 
 	"github.com/m2n-project/m2n/plan/ir"
 )
@@ -16,6 +17,7 @@ type program struct {
 	streams []streamKey // stream index -> its device and its role
 	events  int         // events the program records (indices 0..events-1)
 	waves   int         // NCCL groups (waves mode); 0 in streams mode
+	waveCap int64       // the per-pair bytes groups were cut at; 0: uncut
 }
 
 type streamKey struct {
@@ -59,7 +61,7 @@ const (
 
 // compile turns a schedule into a program. dev maps a rank to its device;
 // lanes is the number of local-op streams per device.
-func compile(s *ir.Schedule, dev func(rank int32) int, lanes int, m mode) (*program, error) {
+func compile(s *ir.Schedule, dev func(rank int32) int, lanes int, m mode, waveBytes int64) (*program, error) {
 	if lanes < 1 {
 		lanes = 1
 	}
@@ -113,7 +115,7 @@ func compile(s *ir.Schedule, dev func(rank int32) int, lanes int, m mode) (*prog
 	}
 	// Issue order: a topological order of the graph with each send/recv
 	// pair as one node (issued when both ends are ready), lowest ID first.
-	order, level, err := issueOrder(s)
+	order, _, err := issueOrder(s)
 	if err != nil {
 		return nil, err
 	}
@@ -175,35 +177,162 @@ func compile(s *ir.Schedule, dev func(rank int32) int, lanes int, m mode) (*prog
 		}
 		return p, nil
 	}
-	// Waves: by level; local ops first, then the level's transfers in one group.
-	maxLevel := int32(0)
+	groups := assignGroups(s, order, waveBytes)
+	p.waves, p.waveCap = groups.count, groups.capBytes
+	// Steps: per group, the local ops that may run before it (every
+	// transfer they wait for is in an earlier group), then the group.
+	// Local ops keep the topological order within a bucket.
+	byGroup := make([][]int32, groups.count+1)
 	for _, i := range order {
-		maxLevel = max(maxLevel, level[i])
+		if k := s.Ops[i].Kind; k == ir.Send || k == ir.Recv {
+			byGroup[groups.of[i]] = append(byGroup[groups.of[i]], i)
+		}
 	}
-	byLevel := make([][]int32, maxLevel+1)
+	locals := make([][]int32, groups.count+1)
 	for _, i := range order {
-		byLevel[level[i]] = append(byLevel[level[i]], i)
+		if k := s.Ops[i].Kind; k != ir.Send && k != ir.Recv {
+			locals[groups.of[i]] = append(locals[groups.of[i]], i)
+		}
 	}
-	for _, ops := range byLevel {
-		var xfers []int32
-		for _, i := range ops {
-			if k := s.Ops[i].Kind; k == ir.Send || k == ir.Recv {
-				xfers = append(xfers, i)
-				continue
-			}
+	for g := 0; g <= groups.count; g++ {
+		for _, i := range locals[g] {
 			p.steps = append(p.steps, emit(i))
 		}
-		if len(xfers) == 0 {
+		if g == groups.count || len(byGroup[g]) == 0 {
 			continue
 		}
-		p.waves++
 		p.steps = append(p.steps, step{kind: stepGroupStart, record: -1, rrecord: -1})
-		for _, i := range xfers {
+		for _, i := range byGroup[g] {
 			p.steps = append(p.steps, emit(i))
 		}
 		p.steps = append(p.steps, step{kind: stepGroupEnd, record: -1, rrecord: -1})
 	}
 	return p, nil
+}
+
+// groupPlan is how waves mode cuts a schedule's transfers into NCCL
+// groups. of[i] is, for a transfer's send, its group; for a local op, the
+// first group it may be issued before (every transfer it waits for is in an
+// earlier group).
+type groupPlan struct {
+	of       []int32
+	count    int   // groups
+	capBytes int64 // the per-pair bytes a group was cut at; 0: uncut
+}
+
+// Group cutting. NCCL executes the point-to-point calls of one group to the
+// same peer in order (its documented exception to "calls within a group
+// progress independently"), so a transfer whose only dependencies on other
+// transfers are the previous transfer of its own ordered pair (a send on
+// the previous send to the same peer, a recv on the previous recv from the
+// same peer) joins that transfer's group. Any other dependency — data
+// received and forwarded, a pack, an unpack — puts it in a later group than
+// what it waits for. A schedule whose transfers chain across ranks (the
+// hierarchical route's forwarding, a ring broadcast) needs several groups to
+// pipeline: each group then holds at most capBytes per ordered pair, chosen
+// to balance a group's fixed cost against the pipeline's fill (see
+// autoWaveBytes).
+const groupCostBytes = 6 << 20 // one group's fixed cost in bytes of link time: ~15 us at ~350 GB/s (docs/calibration.md)
+
+// assignGroups cuts the transfers into groups; waveBytes > 0 fixes the
+// per-pair cap, 0 chooses it from the schedule, < 0 means no cap.
+func assignGroups(s *ir.Schedule, order []int32, waveBytes int64) groupPlan {
+	if waveBytes > 0 {
+		return cutGroups(s, order, waveBytes).groupPlan
+	}
+	g := cutGroups(s, order, 0)
+	if waveBytes < 0 {
+		return g.groupPlan
+	}
+	if c := autoWaveBytes(g.maxPairBytes, g.count, g.fedByLocal); c > 0 {
+		return cutGroups(s, order, c).groupPlan
+	}
+	return g.groupPlan
+}
+
+// autoWaveBytes is the per-pair group size that minimises a pipeline's
+// time: with B bytes per pair through a chain of D stages, groups of G
+// bytes cost about (B/G + D - 1) groups' fixed cost plus (D - 1) G of fill,
+// least at G = sqrt(cost x B / (D - 1)).
+func autoWaveBytes(maxPair int64, depth int, fedByLocal bool) int64 {
+	stages := depth - 1
+	if fedByLocal {
+		stages++ // a pack (or unpack) stage before the transfers
+	}
+	if stages <= 0 || maxPair <= 0 {
+		return 0
+	}
+	return int64(math.Sqrt(float64(groupCostBytes) * float64(maxPair) / float64(stages)))
+}
+
+type cutResult struct {
+	groupPlan
+	maxPairBytes int64 // the most bytes of one ordered pair in the schedule
+	fedByLocal   bool  // some transfer waits for a local op
+}
+
+// cutGroups assigns groups in the topological order, each transfer to the
+// earliest group its dependencies allow, and, when capBytes > 0, later while
+// its ordered pair already carries capBytes in that group.
+func cutGroups(s *ir.Schedule, order []int32, capBytes int64) cutResult {
+	n := len(s.Ops)
+	of := make([]int32, n)
+	isXfer := func(i int32) bool { k := s.Ops[i].Kind; return k == ir.Send || k == ir.Recv }
+	// after is the first group a dependent of op d may join, unless it is
+	// d's successor on the same pair.
+	after := func(d int32) int32 {
+		if isXfer(d) {
+			return of[rep(s, d)] + 1
+		}
+		return of[d]
+	}
+	samePair := func(a, b *ir.Op) bool { return a.Kind == b.Kind && a.Rank == b.Rank && a.Peer == b.Peer }
+	type slot struct {
+		from, to int32
+		group    int32
+	}
+	load := map[slot]int64{}
+	pairBytes := map[[2]int32]int64{}
+	var res cutResult
+	for _, i := range order {
+		op := &s.Ops[i]
+		if !isXfer(i) {
+			g := int32(0)
+			for _, d := range s.Deps(i) {
+				g = max(g, after(d))
+			}
+			of[i] = g
+			continue
+		}
+		g := int32(0)
+		for _, end := range [2]int32{i, op.Match} {
+			e := &s.Ops[end]
+			for _, d := range s.Deps(end) {
+				if isXfer(d) && samePair(&s.Ops[d], e) {
+					g = max(g, of[rep(s, d)])
+					continue
+				}
+				if !isXfer(d) {
+					res.fedByLocal = true
+				}
+				g = max(g, after(d))
+			}
+		}
+		k := [2]int32{op.Rank, op.Peer}
+		pairBytes[k] += op.Src.Bytes
+		res.maxPairBytes = max(res.maxPairBytes, pairBytes[k])
+		if capBytes > 0 {
+			for load[slot{k[0], k[1], g}] > 0 && load[slot{k[0], k[1], g}]+op.Src.Bytes > capBytes {
+				g++
+			}
+		}
+		load[slot{k[0], k[1], g}] += op.Src.Bytes
+		of[i], of[op.Match] = g, g
+		res.count = max(res.count, int(g)+1)
+	}
+	res.of = of
+	res.capBytes = capBytes
+	return res
 }
 
 // rep is the op that stands for a transfer: its send.
