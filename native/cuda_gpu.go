@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
 	"slices"
 	"strings"
 	"sync"
@@ -163,6 +164,17 @@ func newCUDA(devs []int, timeout time.Duration) (*cudaGPU, error) {
 		g.counter[dv] = uint64(p)
 	}
 	return g, nil
+}
+
+// loopbackComms is how many one-rank communicators the loopback NCCL
+// transport opens (docs/native.md measures it).
+var loopbackComms = envInt("M2N_LOOPBACK_COMMS", 8)
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
 }
 
 // enablePeers lets every device read and write every other's memory, so a
@@ -693,18 +705,21 @@ func (g *cudaGPU) close() error {
 // (for NCCL) NCCL, compiles the kernels for the GPU, sets up communicators,
 // checks that the buffers fit, and allocates them. Close releases it all.
 func New(s *ir.Schedule, opt Options) (*Executor, error) {
+	runtime.LockOSThread() // NCCL's group state and CUDA's current context are per thread
+	defer runtime.UnlockOSThread()
 	if opt.Timeout <= 0 {
 		opt.Timeout = 5 * time.Minute
 	}
 	if err := s.Validate(); err != nil {
 		return nil, fmt.Errorf("schedule: %w", err)
 	}
-	if opt.Backend == NCCL && opt.Graph && opt.Launch == nil {
-		// Capturing NCCL send/recv of two GPUs in one graph failed on two
-		// H200s with NCCL 2.28, and the communicators then hung in
-		// ncclCommDestroy (docs/native.md); refuse rather than hang. One
-		// process per GPU captures its own rank's work.
-		return nil, errors.New("CUDA graphs with the nccl backend need one process per GPU (capture across GPUs of one process failed on 2 x H200, NCCL 2.28); run under a launcher or with --graph=false")
+	if opt.Backend == NCCL && opt.Graph && opt.Transport != TransportCopy {
+		// On two H200s with NCCL 2.28, capturing NCCL send/recv of two GPUs
+		// in one process failed and then hung in ncclCommDestroy, and with
+		// one process per GPU the captured iteration never finished
+		// (docs/native.md); refuse rather than hang. Groups cost the host
+		// about 8 us each with one process per GPU, so graphs buy little.
+		return nil, errors.New("CUDA graphs of NCCL send/recv across GPUs are not supported (on 2 x H200 with NCCL 2.28 the capture failed in one process and hung with one process per GPU); run with --graph=false, or --transport copy in one process")
 	}
 	devOf, peerOf := map[int32]int{}, map[int32]int{}
 	var devs []int
@@ -756,7 +771,7 @@ func New(s *ir.Schedule, opt Options) (*Executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	comms := map[int]handle{}
+	comms := map[int][]handle{}
 	if opt.Backend == NCCL && opt.Transport == TransportCopy {
 		if err := g.enablePeers(devs); err != nil {
 			g.close()
@@ -779,24 +794,36 @@ func New(s *ir.Schedule, opt Options) (*Executor, error) {
 
 // initNCCL creates the communicators: one over all local devices in one
 // process, or this process's rank of a launcher's world.
-func (g *cudaGPU) initNCCL(opt Options, devs []int, comms map[int]handle) error {
+func (g *cudaGPU) initNCCL(opt Options, devs []int, comms map[int][]handle) error {
 	if err := loadNCCL(); err != nil {
 		return err
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if opt.Launch == nil {
+		// Loopback: every transfer is a self send/recv of one rank, and
+		// NCCL runs one peer's operations in order, one at a time; several
+		// one-rank communicators (each ordered pair of the schedule on one)
+		// run their queues concurrently.
+		sets := 1
+		if opt.Backend == Loopback {
+			sets = loopbackComms
+		}
 		cd := make([]C.int, len(devs))
 		for i, d := range devs {
 			cd[i] = C.int(d)
 		}
-		cs := make([]C.uptr, len(devs))
-		if r := C.m2n_ncclCommInitAll(&cs[0], C.int(len(devs)), &cd[0]); r != 0 {
-			return ncclErr("ncclCommInitAll", r, 0)
-		}
-		for i, d := range devs {
-			comms[d] = handle(cs[i])
-			g.comms = append(g.comms, cs[i])
+		for range sets {
+			cs := make([]C.uptr, len(devs))
+			if r := C.m2n_ncclCommInitAll(&cs[0], C.int(len(devs)), &cd[0]); r != 0 {
+				return ncclErr("ncclCommInitAll", r, 0)
+			}
+			g.commMu.Lock()
+			for i, d := range devs {
+				comms[d] = append(comms[d], handle(cs[i]))
+				g.comms = append(g.comms, cs[i])
+			}
+			g.commMu.Unlock()
 		}
 		return nil
 	}
@@ -852,7 +879,7 @@ func (g *cudaGPU) initNCCL(opt Options, devs []int, comms map[int]handle) error 
 		}
 	}
 	if os.Getenv("M2N_NCCL_BLOCKING") == "0" {
-		comms[devs[0]] = handle(c)
+		comms[devs[0]] = []handle{handle(c)}
 		return nil
 	}
 	// The ops run on a blocking child communicator: a non-blocking one
@@ -860,27 +887,37 @@ func (g *cudaGPU) initNCCL(opt Options, devs []int, comms map[int]handle) error 
 	// until the group is enqueued, about 80 us a group on two H200s
 	// (docs/calibration.md). The parent, non-blocking, formed under the
 	// timeout above; the watchdog covers the child's blocking calls.
-	var child C.uptr
+	// The child's handle lives in C memory: with a non-blocking parent,
+	// NCCL may write it after the call returns.
+	slot := (*C.uptr)(C.calloc(1, C.size_t(unsafe.Sizeof(C.uptr(0)))))
+	defer C.free(unsafe.Pointer(slot))
 	var sr C.ncclResult_t
-	if err := g.watched("ncclCommSplit", func() C.ncclResult_t { sr = C.m2n_ncclCommSplit(c, 0, C.int(l.Rank), &child, 1); return 0 }); err != nil {
+	if err := g.watched("ncclCommSplit", func() C.ncclResult_t { sr = C.m2n_ncclCommSplit(c, 0, C.int(l.Rank), slot, 1); return 0 }); err != nil {
 		return err
 	}
 	if sr != 0 && sr != ncclInProgress {
 		g.abort()
 		return ncclErr("ncclCommSplit", sr, uintptr(c))
 	}
-	g.commMu.Lock()
-	g.comms = append(g.comms, child)
-	g.commMu.Unlock()
+	var child C.uptr
 	for deadline := time.Now().Add(opt.Timeout); ; {
-		var st C.int
-		C.m2n_ncclCommGetAsyncError(child, &st)
-		if st == 0 {
-			break
+		var pst, cst C.int
+		C.m2n_ncclCommGetAsyncError(c, &pst)
+		if child = *slot; child != 0 {
+			if r := C.m2n_ncclCommGetAsyncError(child, &cst); r != 0 {
+				cst = C.int(r)
+			}
 		}
-		if st != ncclInProgress {
+		if pst != 0 && pst != ncclInProgress {
 			g.abort()
-			return ncclErr("ncclCommSplit", C.ncclResult_t(st), uintptr(child))
+			return ncclErr("ncclCommSplit", C.ncclResult_t(pst), uintptr(c))
+		}
+		if child != 0 && cst != 0 && cst != ncclInProgress {
+			g.abort()
+			return ncclErr("ncclCommSplit", C.ncclResult_t(cst), uintptr(child))
+		}
+		if child != 0 && pst == 0 && cst == 0 {
+			break
 		}
 		if time.Now().After(deadline) {
 			g.abort()
@@ -888,7 +925,10 @@ func (g *cudaGPU) initNCCL(opt Options, devs []int, comms map[int]handle) error 
 		}
 		time.Sleep(100 * time.Microsecond)
 	}
-	comms[devs[0]] = handle(child)
+	g.commMu.Lock()
+	g.comms = append(g.comms, child)
+	g.commMu.Unlock()
+	comms[devs[0]] = []handle{handle(child)}
 	return nil
 }
 

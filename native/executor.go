@@ -121,7 +121,7 @@ type Executor struct {
 	devOf   map[int32]int // rank -> device index of this process; absent: a remote rank
 	devices []int         // device indices in use
 	peerOf  map[int32]int // rank -> NCCL rank (its index in the world)
-	comms   map[int]handle
+	comms   map[int][]handle // device -> its communicators (several only in loopback: parallel NCCL queues)
 
 	arena   map[int]uint64 // device -> base of its allocation
 	bufAddr []uint64       // buffer -> device address (0 for a remote rank's buffer)
@@ -142,7 +142,7 @@ type Executor struct {
 
 // newExecutor prepares a schedule on a device layer: maps ranks to devices,
 // checks and allocates memory, and compiles the program.
-func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf map[int32]int, comms map[int]handle) (*Executor, error) {
+func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf map[int32]int, comms map[int][]handle) (*Executor, error) {
 	if opt.Lanes <= 0 {
 		opt.Lanes = 4
 	}
@@ -214,7 +214,11 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 		}
 		return -1 - int(r) // a remote rank: its own (never created) streams
 	}
-	prog, err := compile(s, dev, opt.Lanes, x.mode, opt.WaveBytes)
+	nComms := 1
+	for _, cs := range comms {
+		nComms = max(nComms, len(cs))
+	}
+	prog, err := compile(s, dev, opt.Lanes, x.mode, opt.WaveBytes, nComms)
 	if err != nil {
 		x.Close()
 		return nil, err
@@ -239,6 +243,12 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 		}
 		if st.rrecord >= 0 {
 			evDev[st.rrecord] = prog.streams[st.rstrm].dev
+		}
+		for _, e := range st.more {
+			evDev[e] = prog.streams[st.stream].dev
+		}
+		for _, e := range st.rmore {
+			evDev[e] = prog.streams[st.rstrm].dev
 		}
 	}
 	for e := range prog.events {
@@ -301,6 +311,12 @@ func (x *Executor) Close() error {
 // destination byte, then runs the warm-up and timed iterations and checks
 // again.
 func (x *Executor) Run() (_ *Result, err error) {
+	// One OS thread for the whole run: NCCL keeps an open group's state per
+	// thread (ncclGroupStart on one thread and ncclGroupEnd on another is
+	// "invalid usage"), and CUDA ends a stream capture only on the thread
+	// that began it.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	defer func() {
 		if err != nil {
 			x.g.abort() // work may be left enqueued: Close must not wait for it
@@ -577,11 +593,18 @@ func (x *Executor) issue(st *step) error {
 		if err := waitOn(st.stream, st.waits); err != nil {
 			return err
 		}
-		if err := g.copy(x.addr(rop.Dst), x.addr(op.Src), op.Src.Bytes, stream); err != nil {
+		if err := g.copy(x.addr(rop.Dst), x.addr(op.Src), st.bytes, stream); err != nil {
 			return err
 		}
 		if st.record >= 0 {
-			return g.record(x.events[st.record], stream)
+			if err := g.record(x.events[st.record], stream); err != nil {
+				return err
+			}
+		}
+		for _, e := range st.more {
+			if err := g.record(x.events[e], stream); err != nil {
+				return err
+			}
 		}
 		return nil
 	}
@@ -592,11 +615,14 @@ func (x *Executor) issue(st *step) error {
 			return err
 		}
 		d := x.devOf[op.Rank]
-		if err := g.send(x.addr(op.Src), op.Src.Bytes, x.peerOf[rop.Rank], x.comms[d], stream); err != nil {
+		if err := g.send(x.addr(op.Src), st.bytes, x.peerOf[rop.Rank], x.comms[d][st.comm], stream); err != nil {
 			return err
 		}
 		if st.record >= 0 {
 			x.pending = append(x.pending, [2]handle{x.events[st.record], stream})
+		}
+		for _, e := range st.more {
+			x.pending = append(x.pending, [2]handle{x.events[e], stream})
 		}
 	}
 	if recvHere {
@@ -605,11 +631,14 @@ func (x *Executor) issue(st *step) error {
 		}
 		d := x.devOf[rop.Rank]
 		rs := x.streams[st.rstrm]
-		if err := g.recv(x.addr(rop.Dst), rop.Dst.Bytes, x.peerOf[op.Rank], x.comms[d], rs); err != nil {
+		if err := g.recv(x.addr(rop.Dst), st.bytes, x.peerOf[op.Rank], x.comms[d][st.comm], rs); err != nil {
 			return err
 		}
 		if st.rrecord >= 0 {
 			x.pending = append(x.pending, [2]handle{x.events[st.rrecord], rs})
+		}
+		for _, e := range st.rmore {
+			x.pending = append(x.pending, [2]handle{x.events[e], rs})
 		}
 	}
 	return nil

@@ -61,7 +61,7 @@ func randomSchedule(t *testing.T, rng *rand.Rand) *ir.Schedule {
 func runFake(t *testing.T, s *ir.Schedule, opt Options, devices int, seed uint64) *Result {
 	t.Helper()
 	g := newFake(devices, seed)
-	devOf, peerOf, comms := map[int32]int{}, map[int32]int{}, map[int]handle{}
+	devOf, peerOf, comms := map[int32]int{}, map[int32]int{}, map[int][]handle{}
 	for i, r := range s.World {
 		d := 0
 		if opt.Backend == NCCL {
@@ -69,7 +69,10 @@ func runFake(t *testing.T, s *ir.Schedule, opt Options, devices int, seed uint64
 		}
 		devOf[int32(r.Rank)] = d
 		peerOf[int32(r.Rank)] = d
-		comms[d] = handle(d) // the fake names a comm by its NCCL rank
+		comms[d] = []handle{handle(d)} // the fake names a comm by its NCCL rank
+		if opt.Backend == Loopback {
+			comms[d] = []handle{0, 1000, 2000} // three sets, as the loopback transport opens several
+		}
 	}
 	x, err := newExecutor(s, g, opt, devOf, peerOf, comms)
 	if err != nil {

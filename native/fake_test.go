@@ -30,7 +30,7 @@ type fakeGPU struct {
 	// reads stale data (NCCL runs a group's calls concurrently, in order
 	// only per peer).
 	gsends, grecvs map[handle][]fakeOp
-	inFly          map[[2]int][][]byte // NCCL: data sent from peer a to b, not yet received
+	inFly          map[[3]int][][]byte // NCCL: data sent on communicator set c from peer a to b, not yet received
 	nextH          handle
 	waves          int
 }
@@ -41,7 +41,7 @@ type fakeOp struct {
 }
 
 func newFake(devices int, seed uint64) *fakeGPU {
-	f := &fakeGPU{rng: rand.New(rand.NewPCG(seed, 1)), devMem: 64 << 20, devOf: map[handle]int{}, inFly: map[[2]int][][]byte{}, nextH: 1}
+	f := &fakeGPU{rng: rand.New(rand.NewPCG(seed, 1)), devMem: 64 << 20, devOf: map[handle]int{}, inFly: map[[3]int][][]byte{}, nextH: 1}
 	f.mem = make([]byte, int64(devices)*f.devMem)
 	f.next = make([]int64, devices)
 	return f
@@ -205,14 +205,15 @@ func (f *fakeGPU) groupEnd() error {
 	return nil
 }
 
-// NCCL: peers are NCCL ranks; comm handles are the sender's own rank.
+// NCCL: peers are NCCL ranks; a comm handle is set*1000 + the caller's own
+// rank, each set of communicators matching its sends and recvs apart.
 func (f *fakeGPU) send(src uint64, n int64, peer int, comm handle, st handle) error {
 	if !f.group {
 		return fmt.Errorf("fake: send outside a group")
 	}
-	me := int(comm)
+	set, me := int(comm)/1000, int(comm)%1000
 	f.gsends[st] = append(f.gsends[st], fakeOp{run: func() {
-		k := [2]int{me, peer}
+		k := [3]int{set, me, peer}
 		f.inFly[k] = append(f.inFly[k], append([]byte(nil), f.mem[src:src+uint64(n)]...))
 	}})
 	return nil
@@ -221,8 +222,8 @@ func (f *fakeGPU) recv(dst uint64, n int64, peer int, comm handle, st handle) er
 	if !f.group {
 		return fmt.Errorf("fake: recv outside a group")
 	}
-	me := int(comm)
-	k := [2]int{peer, me}
+	set, me := int(comm)/1000, int(comm)%1000
+	k := [3]int{set, peer, me}
 	f.grecvs[st] = append(f.grecvs[st], fakeOp{ready: func() bool { return len(f.inFly[k]) > 0 }, run: func() {
 		data := f.inFly[k][0]
 		f.inFly[k] = f.inFly[k][1:]

@@ -43,6 +43,14 @@ type step struct {
 	rwaits  []int32 // waves mode: events the recv's stream waits for first
 	record  int32   // event to record on stream after it, or -1
 	rrecord int32   // waves mode: event to record on rstrm after the recv, or -1
+	// A transfer step may carry several of the schedule's transfers between
+	// one ordered pair whose bytes are adjacent on both sides (chunks of one
+	// contiguous region): one NCCL send/recv or device copy of bytes,
+	// starting at op's regions. more and rmore are the merged transfers'
+	// own events, recorded with record and rrecord.
+	bytes       int64
+	more, rmore []int32
+	comm        int // waves mode: the index of the device's communicator
 }
 
 // mode selects how transfers are issued.
@@ -61,7 +69,7 @@ const (
 
 // compile turns a schedule into a program. dev maps a rank to its device;
 // lanes is the number of local-op streams per device.
-func compile(s *ir.Schedule, dev func(rank int32) int, lanes int, m mode, waveBytes int64) (*program, error) {
+func compile(s *ir.Schedule, dev func(rank int32) int, lanes int, m mode, waveBytes int64, comms int) (*program, error) {
 	if lanes < 1 {
 		lanes = 1
 	}
@@ -91,6 +99,20 @@ func compile(s *ir.Schedule, dev func(rank int32) int, lanes int, m mode, waveBy
 		return l
 	}
 	opStream := make([]int, n)
+	opComm := make([]int, n)
+	commNo := map[[2]int32]int{}
+	commOf := func(rank, peer int32, k ir.OpKind) int {
+		from, to := rank, peer
+		if k == ir.Recv {
+			from, to = peer, rank
+		}
+		c, ok := commNo[[2]int32{from, to}]
+		if !ok {
+			c = len(commNo) % max(comms, 1)
+			commNo[[2]int32{from, to}] = c
+		}
+		return c
+	}
 	for i := range n {
 		op := &s.Ops[i]
 		d := dev(op.Rank)
@@ -101,7 +123,12 @@ func compile(s *ir.Schedule, dev func(rank int32) int, lanes int, m mode, waveBy
 			opStream[i] = stream(streamKey{d, lane(d, [3]int32{op.Rank, -1, 1})})
 		case ir.Send, ir.Recv:
 			if m == wavesMode {
-				opStream[i] = stream(streamKey{d, -1}) // the device's NCCL stream
+				// Each ordered pair's transfers on one of the device's
+				// communicators, and its stream: several communicators
+				// (loopback) run their queues concurrently.
+				c := commOf(op.Rank, op.Peer, op.Kind)
+				opComm[i] = c
+				opStream[i] = stream(streamKey{d, -1 - c})
 				continue
 			}
 			from, to := op.Rank, op.Peer
@@ -163,17 +190,29 @@ func compile(s *ir.Schedule, dev func(rank int32) int, lanes int, m mode, waveBy
 			}
 			if m == streamsMode {
 				st := opStream[snd]
-				return step{kind: stepXfer, op: snd, stream: st, rstrm: st, record: event[snd], rrecord: -1, waits: waitsFor(st, snd, rcv)}
+				return step{kind: stepXfer, op: snd, stream: st, rstrm: st, record: event[snd], rrecord: -1, waits: waitsFor(st, snd, rcv), bytes: s.Ops[snd].Src.Bytes}
 			}
 			return step{kind: stepXfer, op: snd, stream: opStream[snd], rstrm: opStream[rcv],
 				waits: waitsFor(opStream[snd], snd), rwaits: waitsFor(opStream[rcv], rcv),
-				record: event[snd], rrecord: event[rcv]}
+				record: event[snd], rrecord: event[rcv], bytes: s.Ops[snd].Src.Bytes, comm: opComm[snd]}
 		}
 		return step{kind: stepLocal, op: i, stream: opStream[i], rstrm: opStream[i], record: event[i], rrecord: -1, waits: waitsFor(opStream[i], i)}
 	}
 	if m == streamsMode {
+		// A transfer joins the previous step of its stream when that is a
+		// transfer of the same pair whose regions end where its begin, and
+		// it waits for nothing: one device copy instead of several.
+		last := map[int]int{} // stream -> index of its last step
 		for _, i := range order {
-			p.steps = append(p.steps, emit(i))
+			st := emit(i)
+			if st.kind == stepXfer && len(st.waits) == 0 {
+				if k, ok := last[st.stream]; ok && p.steps[k].kind == stepXfer && adjacent(s, &p.steps[k], st.op) {
+					merge(s, &p.steps[k], &st)
+					continue
+				}
+			}
+			last[st.stream] = len(p.steps)
+			p.steps = append(p.steps, st)
 		}
 		return p, nil
 	}
@@ -202,8 +241,21 @@ func compile(s *ir.Schedule, dev func(rank int32) int, lanes int, m mode, waveBy
 			continue
 		}
 		p.steps = append(p.steps, step{kind: stepGroupStart, record: -1, rrecord: -1})
+		// Transfers of one ordered pair in a group run in order (NCCL's
+		// per-peer rule), so chunks of one contiguous region that follow
+		// each other on the pair merge into one send/recv: NCCL pays a fixed
+		// cost per operation, about 11 us on two H200s (docs/native.md).
+		lastOfPair := map[[2]int32]int{}
 		for _, i := range byGroup[g] {
-			p.steps = append(p.steps, emit(i))
+			st := emit(i)
+			op := &s.Ops[i]
+			k := [2]int32{op.Rank, op.Peer}
+			if j, ok := lastOfPair[k]; ok && adjacent(s, &p.steps[j], i) {
+				merge(s, &p.steps[j], &st)
+				continue
+			}
+			lastOfPair[k] = len(p.steps)
+			p.steps = append(p.steps, st)
 		}
 		p.steps = append(p.steps, step{kind: stepGroupEnd, record: -1, rrecord: -1})
 	}
@@ -333,6 +385,37 @@ func cutGroups(s *ir.Schedule, order []int32, capBytes int64) cutResult {
 	res.of = of
 	res.capBytes = capBytes
 	return res
+}
+
+// adjacent reports whether transfer snd (a send) continues transfer step
+// st: the same ordered pair, and byte ranges that start where st's end, in
+// the same buffers on both sides.
+func adjacent(s *ir.Schedule, st *step, snd int32) bool {
+	a, b := &s.Ops[st.op], &s.Ops[snd]
+	if a.Rank != b.Rank || a.Peer != b.Peer {
+		return false
+	}
+	ra, rb := &s.Ops[a.Match], &s.Ops[b.Match]
+	if a.Src.IsBox() || b.Src.IsBox() || ra.Dst.IsBox() || rb.Dst.IsBox() {
+		return false
+	}
+	return a.Src.Buf == b.Src.Buf && a.Src.Offset+st.bytes == b.Src.Offset &&
+		ra.Dst.Buf == rb.Dst.Buf && ra.Dst.Offset+st.bytes == rb.Dst.Offset
+}
+
+// merge adds transfer step t to step st: its bytes, waits and events.
+func merge(s *ir.Schedule, st, t *step) {
+	st.bytes += t.bytes
+	st.waits = dedupe(append(st.waits, t.waits...))
+	st.rwaits = dedupe(append(st.rwaits, t.rwaits...))
+	if t.record >= 0 {
+		st.more = append(st.more, t.record)
+	}
+	if t.rrecord >= 0 {
+		st.rmore = append(st.rmore, t.rrecord)
+	}
+	st.more = append(st.more, t.more...)
+	st.rmore = append(st.rmore, t.rmore...)
 }
 
 // rep is the op that stands for a transfer: its send.

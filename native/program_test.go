@@ -72,12 +72,26 @@ func twoGPUSchedule(t *testing.T, route string, experts int64) *ir.Schedule {
 func TestGroupsOnePerPairChain(t *testing.T) {
 	for _, route := range []string{plan.Flat, plan.Hierarchical} {
 		s := twoGPUSchedule(t, route, 8)
-		p, err := compile(s, func(r int32) int { return int(r) }, 4, wavesMode, 0)
+		p, err := compile(s, func(r int32) int { return int(r) }, 4, wavesMode, 0, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if p.waves != 1 {
 			t.Errorf("%s: %d groups, want 1", route, p.waves)
+		}
+		// Each direction's chunks are one contiguous region on both sides:
+		// one NCCL send/recv each way.
+		xfers := 0
+		for _, st := range p.steps {
+			if st.kind == stepXfer {
+				xfers++
+				if st.bytes != 4*256*1024*2 {
+					t.Errorf("%s: a transfer of %d bytes, want the whole half (%d)", route, st.bytes, 4*256*1024*2)
+				}
+			}
+		}
+		if xfers != 2 {
+			t.Errorf("%s: %d NCCL transfers, want 2 (one each way)", route, xfers)
 		}
 	}
 }

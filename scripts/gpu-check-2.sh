@@ -16,6 +16,7 @@ one() { local n=$1; shift; timeout 150 bin/m2n run --backend nccl --iters "$ITER
 # perproc NAME ARGS...: one process per GPU under torchrun, NCCL
 # bootstrapping itself; rank 0's JSON to OUT/NAME.json.
 perproc() {
+	export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 	local n=$1; shift
 	NCCL_COMM_ID=127.0.0.1:$PORT timeout 150 torchrun --nproc-per-node 2 --no-python \
 		bin/m2n run --backend nccl --iters "$ITERS" --warmup 5 --timeout 1m --json "$@" > "$OUT/$n.json" 2> "$OUT/$n.err"
