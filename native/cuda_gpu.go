@@ -11,8 +11,10 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -49,9 +51,18 @@ type cudaGPU struct {
 	owner   map[handle]int  // stream or event -> device
 	isEvent map[handle]bool // which handles are events (the rest are streams)
 	counter map[int]uint64  // device -> 16 bytes for verify's counters
-	comms   []C.uptr
 	timeout time.Duration
 	graphs  []C.uptr
+
+	// commMu guards comms, which abort may empty from the watchdog's
+	// goroutine while a blocking NCCL call waits on another thread.
+	commMu sync.Mutex
+	comms  []C.uptr // every communicator, for errors and abort
+	// watched: NCCL calls that can block on a peer (a blocking
+	// communicator's ncclGroupEnd, ncclCommSplit) run under a watchdog that
+	// aborts every communicator after the timeout, as PyTorch's
+	// ProcessGroupNCCL does.
+	aborted bool
 }
 
 func cudaDevice(ord int) (C.int, error) {
@@ -153,6 +164,55 @@ func newCUDA(devs []int, timeout time.Duration) (*cudaGPU, error) {
 		g.counter[dv] = uint64(p)
 	}
 	return g, nil
+}
+
+// loopbackComms is how many one-rank communicators the loopback NCCL
+// transport opens (docs/native.md measures it).
+var loopbackComms = envInt("M2N_LOOPBACK_COMMS", 8)
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// enablePeers lets every device read and write every other's memory, so a
+// device copy between two GPUs runs over NVLink by the copy engines.
+func (g *cudaGPU) enablePeers(devs []int) error {
+	for _, a := range devs {
+		for _, b := range devs {
+			if a == b {
+				continue
+			}
+			var can C.int
+			da, err := cudaDevice(a)
+			if err != nil {
+				return err
+			}
+			db, err := cudaDevice(b)
+			if err != nil {
+				return err
+			}
+			if r := C.m2n_cuDeviceCanAccessPeer(&can, da, db); r != 0 {
+				return cuErr("cuDeviceCanAccessPeer", r)
+			}
+			if can == 0 {
+				return fmt.Errorf("GPU %d cannot access GPU %d's memory directly (no NVLink or PCIe peer path); use --transport nccl", a, b)
+			}
+			err = g.on(a, func() error {
+				r := C.m2n_cuCtxEnablePeerAccess(g.ctx[b])
+				if r == 704 { // CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+					return nil
+				}
+				return cuErr("cuCtxEnablePeerAccess", r)
+			})
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // use makes a device's context current on this thread.
@@ -393,8 +453,14 @@ func poll(timeout time.Duration, done func() (bool, error)) (bool, error) {
 	}
 }
 
+func (g *cudaGPU) commList() []C.uptr {
+	g.commMu.Lock()
+	defer g.commMu.Unlock()
+	return append([]C.uptr(nil), g.comms...)
+}
+
 func (g *cudaGPU) commErrors() error {
-	for _, c := range g.comms {
+	for _, c := range g.commList() {
 		var st C.int
 		if r := C.m2n_ncclCommGetAsyncError(c, &st); r != 0 {
 			return ncclErr("ncclCommGetAsyncError", r, uintptr(c))
@@ -406,11 +472,30 @@ func (g *cudaGPU) commErrors() error {
 	return nil
 }
 
+// abort drops every communicator without waiting for its work; safe to
+// call from another goroutine while an NCCL call blocks, and more than once.
 func (g *cudaGPU) abort() {
-	for _, c := range g.comms {
+	g.commMu.Lock()
+	cs := g.comms
+	g.comms, g.aborted = nil, g.aborted || len(cs) > 0
+	g.commMu.Unlock()
+	for _, c := range cs {
 		C.m2n_ncclCommAbort(c)
 	}
-	g.comms = nil
+}
+
+// watched runs an NCCL call that may block on a peer; if it has not
+// returned after the timeout, every communicator is aborted (which makes
+// the call return) and the result is a timeout.
+func (g *cudaGPU) watched(call string, f func() C.ncclResult_t) error {
+	fired := make(chan struct{})
+	t := time.AfterFunc(g.timeout, func() { close(fired); g.abort() })
+	r := f()
+	if !t.Stop() {
+		<-fired
+		return fmt.Errorf("%w: %s did not return within %v (a peer that stopped answering?); the NCCL communicators were aborted", ErrTimeout, call, g.timeout)
+	}
+	return ncclErr(call, r, 0)
 }
 
 func (g *cudaGPU) copy(dst, src uint64, n int64, st handle) error {
@@ -503,11 +588,14 @@ func (g *cudaGPU) verify(a *patternArgs, st handle) (bad, first int64, err error
 func (g *cudaGPU) groupStart() error { return ncclErr("ncclGroupStart", C.m2n_ncclGroupStart(), 0) }
 
 func (g *cudaGPU) groupEnd() error {
-	r := C.m2n_ncclGroupEnd()
+	var r C.ncclResult_t
+	if err := g.watched("ncclGroupEnd", func() C.ncclResult_t { r = C.m2n_ncclGroupEnd(); return 0 }); err != nil {
+		return err
+	}
 	if r == ncclInProgress { // non-blocking communicators: wait for the group to be enqueued
 		ok, err := poll(g.timeout, func() (bool, error) {
 			pending := false
-			for _, c := range g.comms {
+			for _, c := range g.commList() {
 				var st C.int
 				C.m2n_ncclCommGetAsyncError(c, &st)
 				if st == ncclInProgress {
@@ -579,10 +667,12 @@ func (g *cudaGPU) launchGraph(x, st handle) error {
 }
 
 func (g *cudaGPU) close() error {
-	for _, c := range g.comms {
+	for _, c := range g.commList() {
 		C.m2n_ncclCommDestroy(c)
 	}
+	g.commMu.Lock()
 	g.comms = nil
+	g.commMu.Unlock()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	for h, dev := range g.owner {
@@ -615,17 +705,21 @@ func (g *cudaGPU) close() error {
 // (for NCCL) NCCL, compiles the kernels for the GPU, sets up communicators,
 // checks that the buffers fit, and allocates them. Close releases it all.
 func New(s *ir.Schedule, opt Options) (*Executor, error) {
+	runtime.LockOSThread() // NCCL's group state and CUDA's current context are per thread
+	defer runtime.UnlockOSThread()
 	if opt.Timeout <= 0 {
 		opt.Timeout = 5 * time.Minute
 	}
 	if err := s.Validate(); err != nil {
 		return nil, fmt.Errorf("schedule: %w", err)
 	}
-	if opt.Backend == NCCL && opt.Graph {
-		// Capturing NCCL send/recv of two GPUs in one graph failed on two
-		// H200s with NCCL 2.28, and the communicators then hung in
-		// ncclCommDestroy (docs/native.md); refuse rather than hang.
-		return nil, errors.New("CUDA graphs with the nccl backend are not supported yet (capture across GPUs failed on 2 x H200, NCCL 2.28); run with --graph=false")
+	if opt.Backend == NCCL && opt.Graph && opt.Transport != TransportCopy {
+		// On two H200s with NCCL 2.28, capturing NCCL send/recv of two GPUs
+		// in one process failed and then hung in ncclCommDestroy, and with
+		// one process per GPU the captured iteration never finished
+		// (docs/native.md); refuse rather than hang. Groups cost the host
+		// about 8 us each with one process per GPU, so graphs buy little.
+		return nil, errors.New("CUDA graphs of NCCL send/recv across GPUs are not supported (on 2 x H200 with NCCL 2.28 the capture failed in one process and hung with one process per GPU); run with --graph=false, or --transport copy in one process")
 	}
 	devOf, peerOf := map[int32]int{}, map[int32]int{}
 	var devs []int
@@ -642,6 +736,15 @@ func New(s *ir.Schedule, opt Options) (*Executor, error) {
 		}
 		devs = []int{opt.Device}
 	case NCCL:
+		if opt.Transport == "" {
+			opt.Transport = TransportNCCL
+		}
+		if opt.Transport != TransportCopy && opt.Transport != TransportNCCL {
+			return nil, fmt.Errorf("transport %q: want %s or %s", opt.Transport, TransportNCCL, TransportCopy)
+		}
+		if opt.Transport == TransportCopy && opt.Launch != nil {
+			return nil, fmt.Errorf("%w: the copy transport over several GPUs needs one process (CUDA IPC between processes is not implemented); leave --transport out under a launcher", ErrNotSupported)
+		}
 		if opt.Launch == nil {
 			for i, r := range s.World {
 				devOf[int32(r.Rank)], peerOf[int32(r.Rank)] = i, i
@@ -668,8 +771,14 @@ func New(s *ir.Schedule, opt Options) (*Executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	comms := map[int]handle{}
-	if opt.Backend == NCCL || opt.Transport == TransportNCCL {
+	comms := map[int][]handle{}
+	if opt.Backend == NCCL && opt.Transport == TransportCopy {
+		if err := g.enablePeers(devs); err != nil {
+			g.close()
+			return nil, err
+		}
+	}
+	if opt.Transport == TransportNCCL {
 		if err := g.initNCCL(opt, devs, comms); err != nil {
 			g.close()
 			return nil, err
@@ -685,24 +794,36 @@ func New(s *ir.Schedule, opt Options) (*Executor, error) {
 
 // initNCCL creates the communicators: one over all local devices in one
 // process, or this process's rank of a launcher's world.
-func (g *cudaGPU) initNCCL(opt Options, devs []int, comms map[int]handle) error {
+func (g *cudaGPU) initNCCL(opt Options, devs []int, comms map[int][]handle) error {
 	if err := loadNCCL(); err != nil {
 		return err
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if opt.Launch == nil {
+		// Loopback: every transfer is a self send/recv of one rank, and
+		// NCCL runs one peer's operations in order, one at a time; several
+		// one-rank communicators (each ordered pair of the schedule on one)
+		// run their queues concurrently.
+		sets := 1
+		if opt.Backend == Loopback {
+			sets = loopbackComms
+		}
 		cd := make([]C.int, len(devs))
 		for i, d := range devs {
 			cd[i] = C.int(d)
 		}
-		cs := make([]C.uptr, len(devs))
-		if r := C.m2n_ncclCommInitAll(&cs[0], C.int(len(devs)), &cd[0]); r != 0 {
-			return ncclErr("ncclCommInitAll", r, 0)
-		}
-		for i, d := range devs {
-			comms[d] = handle(cs[i])
-			g.comms = append(g.comms, cs[i])
+		for range sets {
+			cs := make([]C.uptr, len(devs))
+			if r := C.m2n_ncclCommInitAll(&cs[0], C.int(len(devs)), &cd[0]); r != 0 {
+				return ncclErr("ncclCommInitAll", r, 0)
+			}
+			g.commMu.Lock()
+			for i, d := range devs {
+				comms[d] = append(comms[d], handle(cs[i]))
+				g.comms = append(g.comms, cs[i])
+			}
+			g.commMu.Unlock()
 		}
 		return nil
 	}
@@ -732,7 +853,9 @@ func (g *cudaGPU) initNCCL(opt Options, devs []int, comms map[int]handle) error 
 	if r != 0 && r != ncclInProgress {
 		return ncclErr("ncclCommInitRankConfig", r, 0)
 	}
+	g.commMu.Lock()
 	g.comms = append(g.comms, c)
+	g.commMu.Unlock()
 	deadline := time.Now().Add(opt.Timeout)
 	for {
 		var st C.int
@@ -755,7 +878,57 @@ func (g *cudaGPU) initNCCL(opt Options, devs []int, comms map[int]handle) error 
 			return err
 		}
 	}
-	comms[devs[0]] = handle(c)
+	if os.Getenv("M2N_NCCL_BLOCKING") == "0" {
+		comms[devs[0]] = []handle{handle(c)}
+		return nil
+	}
+	// The ops run on a blocking child communicator: a non-blocking one
+	// hands every ncclGroupEnd to a thread of NCCL's and must be polled
+	// until the group is enqueued, about 80 us a group on two H200s
+	// (docs/calibration.md). The parent, non-blocking, formed under the
+	// timeout above; the watchdog covers the child's blocking calls.
+	// The child's handle lives in C memory: with a non-blocking parent,
+	// NCCL may write it after the call returns.
+	slot := (*C.uptr)(C.calloc(1, C.size_t(unsafe.Sizeof(C.uptr(0)))))
+	defer C.free(unsafe.Pointer(slot))
+	var sr C.ncclResult_t
+	if err := g.watched("ncclCommSplit", func() C.ncclResult_t { sr = C.m2n_ncclCommSplit(c, 0, C.int(l.Rank), slot, 1); return 0 }); err != nil {
+		return err
+	}
+	if sr != 0 && sr != ncclInProgress {
+		g.abort()
+		return ncclErr("ncclCommSplit", sr, uintptr(c))
+	}
+	var child C.uptr
+	for deadline := time.Now().Add(opt.Timeout); ; {
+		var pst, cst C.int
+		C.m2n_ncclCommGetAsyncError(c, &pst)
+		if child = *slot; child != 0 {
+			if r := C.m2n_ncclCommGetAsyncError(child, &cst); r != 0 {
+				cst = C.int(r)
+			}
+		}
+		if pst != 0 && pst != ncclInProgress {
+			g.abort()
+			return ncclErr("ncclCommSplit", C.ncclResult_t(pst), uintptr(c))
+		}
+		if child != 0 && cst != 0 && cst != ncclInProgress {
+			g.abort()
+			return ncclErr("ncclCommSplit", C.ncclResult_t(cst), uintptr(child))
+		}
+		if child != 0 && pst == 0 && cst == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			g.abort()
+			return fmt.Errorf("%w: ncclCommSplit did not finish within %v", ErrTimeout, opt.Timeout)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	g.commMu.Lock()
+	g.comms = append(g.comms, child)
+	g.commMu.Unlock()
+	comms[devs[0]] = []handle{handle(child)}
 	return nil
 }
 

@@ -66,3 +66,21 @@ type CompileError struct {
 func (e *CompileError) Error() string {
 	return fmt.Sprintf("NVRTC could not compile m2n's kernels for %s:\n%s", e.Arch, e.Log)
 }
+
+// IsPeerFailure reports whether err leaves a multi-GPU run without its
+// peers: a timeout waiting for one, or NCCL reporting a remote, system or
+// internal error. The communicators are aborted by then; a later run would
+// wait for the same peers.
+func IsPeerFailure(err error) bool {
+	if errors.Is(err, ErrTimeout) {
+		return true
+	}
+	var ne *NCCLError
+	if errors.As(err, &ne) {
+		switch ne.Code {
+		case 2, 3, 6: // ncclSystemError, ncclInternalError, ncclRemoteError
+			return true
+		}
+	}
+	return false
+}

@@ -2,6 +2,7 @@ package native
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"time"
 
@@ -15,8 +16,10 @@ const (
 	// are separate allocations there and each transfer a device copy (or,
 	// with the nccl transport, a one-rank NCCL communicator's self send/recv).
 	Loopback = "loopback"
-	// NCCL runs one rank per GPU through NCCL: all local GPUs in one process
-	// (ncclCommInitAll), or one process per GPU under a launcher.
+	// NCCL runs one rank per GPU: all local GPUs in one process
+	// (ncclCommInitAll), or one process per GPU under a launcher; transfers
+	// are NCCL send/recv, or in one process with the copy transport, peer
+	// copies over NVLink by the GPUs' copy engines.
 	NCCL = "nccl"
 )
 
@@ -29,7 +32,7 @@ const (
 // Options configure an executor.
 type Options struct {
 	Backend   string        // Loopback or NCCL
-	Transport string        // loopback only: TransportCopy (default) or TransportNCCL
+	Transport string        // loopback: TransportCopy (default) or TransportNCCL; nccl: TransportNCCL (default) or TransportCopy (one process)
 	Device    int           // loopback: the GPU to use
 	Lanes     int           // streams per device for local ops and copies; 0 means 4
 	Graph     bool          // capture each iteration as a CUDA graph and replay it
@@ -37,6 +40,10 @@ type Options struct {
 	Iters     int           // timed iterations; 0 means 5
 	Timeout   time.Duration // nccl: how long to wait for a peer or an operation; 0 means 5 minutes
 	Launch    *LaunchEnv    // nccl: the launcher's rank, world and rendezvous; nil for one process over all local GPUs
+	// WaveBytes caps the bytes one ordered pair of ranks carries in one NCCL
+	// group when transfers pipeline through several groups (waves mode):
+	// 0 chooses it from the schedule, a negative value never cuts.
+	WaveBytes int64
 }
 
 // Result is what a run measured and checked.
@@ -52,7 +59,17 @@ type Result struct {
 	Ops, Steps   int
 	Streams      int
 	Events       int
-	Waves        int
+	Waves        int   // NCCL groups an iteration issues (waves mode)
+	WaveCapBytes int64 // the per-pair bytes groups were cut at; 0: uncut
+	// HostIssue is the host's time to issue one iteration (median over the
+	// timed ones): every launch, event and NCCL call, or the graph launch.
+	HostIssue units.Time
+	// PeakDeviceBytes is the most device memory m2n allocates for the
+	// schedule's buffers on one GPU of this process (all buffers are
+	// allocated up front, so it is also the peak); StagingBytes is the
+	// staging part of it on the same GPU.
+	PeakDeviceBytes int64
+	StagingBytes    int64
 }
 
 // handle is a CUDA object (stream, event, graph, communicator) as the
@@ -101,10 +118,10 @@ type Executor struct {
 	prog *program
 	mode mode
 
-	devOf   map[int32]int // rank -> device index of this process; absent: a remote rank
-	devices []int         // device indices in use
-	peerOf  map[int32]int // rank -> NCCL rank (its index in the world)
-	comms   map[int]handle
+	devOf   map[int32]int    // rank -> device index of this process; absent: a remote rank
+	devices []int            // device indices in use
+	peerOf  map[int32]int    // rank -> NCCL rank (its index in the world)
+	comms   map[int][]handle // device -> its communicators (several only in loopback: parallel NCCL queues)
 
 	arena   map[int]uint64 // device -> base of its allocation
 	bufAddr []uint64       // buffer -> device address (0 for a remote rank's buffer)
@@ -118,11 +135,14 @@ type Executor struct {
 	// Waves mode: events of a group's transfers, recorded after the group
 	// ends (NCCL enqueues a group's work at ncclGroupEnd).
 	pending [][2]handle
+	// Bytes allocated per device, all buffers and staging only.
+	need, staging map[int]int64
+	issueTime     units.Time // of the last timed iteration
 }
 
 // newExecutor prepares a schedule on a device layer: maps ranks to devices,
 // checks and allocates memory, and compiles the program.
-func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf map[int32]int, comms map[int]handle) (*Executor, error) {
+func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf map[int32]int, comms map[int][]handle) (*Executor, error) {
 	if opt.Lanes <= 0 {
 		opt.Lanes = 4
 	}
@@ -131,7 +151,10 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 	}
 	x := &Executor{s: s, g: g, opt: opt, devOf: devOf, peerOf: peerOf, comms: comms,
 		arena: map[int]uint64{}, origin: map[int]handle{}, startEv: map[int]handle{}}
-	if opt.Backend == NCCL || opt.Transport == TransportNCCL {
+	if opt.Transport == "" && opt.Backend == NCCL {
+		x.opt.Transport = TransportNCCL
+	}
+	if x.opt.Transport == TransportNCCL {
 		x.mode = wavesMode
 	}
 	for _, d := range devOf {
@@ -142,10 +165,14 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 	slices.Sort(x.devices)
 	// Memory: refuse before allocating when it does not fit.
 	need := map[int]int64{}
+	x.need, x.staging = need, map[int]int64{}
 	for i := range s.Buffers {
 		b := &s.Buffers[i]
 		if d, ok := devOf[int32(b.Rank)]; ok {
 			need[d] += align(b.Bytes)
+			if b.Kind == ir.Staging {
+				x.staging[d] += align(b.Bytes)
+			}
 		}
 	}
 	for _, d := range x.devices {
@@ -187,7 +214,11 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 		}
 		return -1 - int(r) // a remote rank: its own (never created) streams
 	}
-	prog, err := compile(s, dev, opt.Lanes, x.mode)
+	nComms := 1
+	for _, cs := range comms {
+		nComms = max(nComms, len(cs))
+	}
+	prog, err := compile(s, dev, opt.Lanes, x.mode, opt.WaveBytes, nComms)
 	if err != nil {
 		x.Close()
 		return nil, err
@@ -212,6 +243,12 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 		}
 		if st.rrecord >= 0 {
 			evDev[st.rrecord] = prog.streams[st.rstrm].dev
+		}
+		for _, e := range st.more {
+			evDev[e] = prog.streams[st.stream].dev
+		}
+		for _, e := range st.rmore {
+			evDev[e] = prog.streams[st.rstrm].dev
 		}
 	}
 	for e := range prog.events {
@@ -274,16 +311,30 @@ func (x *Executor) Close() error {
 // destination byte, then runs the warm-up and timed iterations and checks
 // again.
 func (x *Executor) Run() (_ *Result, err error) {
+	// One OS thread for the whole run: NCCL keeps an open group's state per
+	// thread (ncclGroupStart on one thread and ncclGroupEnd on another is
+	// "invalid usage"), and CUDA ends a stream capture only on the thread
+	// that began it.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	defer func() {
 		if err != nil {
 			x.g.abort() // work may be left enqueued: Close must not wait for it
 		}
 	}()
 	res := &Result{Device: x.g.name(x.devices[0]), Kernels: x.g.arch(x.devices[0]), Ops: len(x.s.Ops),
-		Steps: len(x.prog.steps), Streams: len(x.streams), Events: x.prog.events, Waves: x.prog.waves}
+		Steps: len(x.prog.steps), Streams: len(x.streams), Events: x.prog.events, Waves: x.prog.waves, WaveCapBytes: x.prog.waveCap}
+	for _, d := range x.devices {
+		if x.need[d] > res.PeakDeviceBytes {
+			res.PeakDeviceBytes, res.StagingBytes = x.need[d], x.staging[d]
+		}
+	}
 	res.Mode = "device copies on " + fmt.Sprint(len(x.streams)) + " streams"
 	if x.mode == wavesMode {
-		res.Mode = fmt.Sprintf("NCCL send/recv in %d waves", x.prog.waves)
+		res.Mode = fmt.Sprintf("NCCL send/recv in %d groups", x.prog.waves)
+	}
+	if x.opt.Graph {
+		res.Mode += ", CUDA graph"
 	}
 	if err := x.fill(); err != nil {
 		return nil, err
@@ -307,6 +358,7 @@ func (x *Executor) Run() (_ *Result, err error) {
 			return nil, err
 		}
 	}
+	var issue []units.Time
 	for range x.opt.Iters {
 		if err := x.timed(); err != nil {
 			return nil, err
@@ -316,7 +368,10 @@ func (x *Executor) Run() (_ *Result, err error) {
 			return nil, err
 		}
 		res.Times = append(res.Times, t)
+		issue = append(issue, x.issueTime)
 	}
+	slices.Sort(issue)
+	res.HostIssue = issue[len(issue)/2]
 	// Outputs are rewritten with the same bytes each iteration: check again,
 	// keeping the first failure's report.
 	var again Result
@@ -396,12 +451,14 @@ func (x *Executor) syncAll() error {
 	return nil
 }
 
-// timed runs one iteration between the timing events.
+// timed runs one iteration between the timing events, and keeps the
+// host's time to issue it in issueTime.
 func (x *Executor) timed() error {
 	first := x.origin[x.devices[0]]
 	if err := x.g.record(x.t0, first); err != nil {
 		return err
 	}
+	start := time.Now()
 	if x.graph != 0 {
 		if err := x.g.launchGraph(x.graph, first); err != nil {
 			return err
@@ -409,6 +466,7 @@ func (x *Executor) timed() error {
 	} else if err := x.iteration(); err != nil {
 		return err
 	}
+	x.issueTime = units.Time(time.Since(start).Nanoseconds()) * units.Nanosecond
 	if err := x.g.record(x.t1, first); err != nil {
 		return err
 	}
@@ -455,7 +513,12 @@ func (x *Executor) iteration() error {
 }
 
 // capture records one iteration as a CUDA graph on the first origin stream.
+// The capture begins and ends on one OS thread: CUDA refuses to end a
+// capture on another (CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD), and the Go
+// scheduler may move a goroutine between threads at any call.
 func (x *Executor) capture() error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	first := x.origin[x.devices[0]]
 	if err := x.g.beginCapture(first); err != nil {
 		return err
@@ -530,11 +593,18 @@ func (x *Executor) issue(st *step) error {
 		if err := waitOn(st.stream, st.waits); err != nil {
 			return err
 		}
-		if err := g.copy(x.addr(rop.Dst), x.addr(op.Src), op.Src.Bytes, stream); err != nil {
+		if err := g.copy(x.addr(rop.Dst), x.addr(op.Src), st.bytes, stream); err != nil {
 			return err
 		}
 		if st.record >= 0 {
-			return g.record(x.events[st.record], stream)
+			if err := g.record(x.events[st.record], stream); err != nil {
+				return err
+			}
+		}
+		for _, e := range st.more {
+			if err := g.record(x.events[e], stream); err != nil {
+				return err
+			}
 		}
 		return nil
 	}
@@ -545,11 +615,14 @@ func (x *Executor) issue(st *step) error {
 			return err
 		}
 		d := x.devOf[op.Rank]
-		if err := g.send(x.addr(op.Src), op.Src.Bytes, x.peerOf[rop.Rank], x.comms[d], stream); err != nil {
+		if err := g.send(x.addr(op.Src), st.bytes, x.peerOf[rop.Rank], x.comms[d][st.comm], stream); err != nil {
 			return err
 		}
 		if st.record >= 0 {
 			x.pending = append(x.pending, [2]handle{x.events[st.record], stream})
+		}
+		for _, e := range st.more {
+			x.pending = append(x.pending, [2]handle{x.events[e], stream})
 		}
 	}
 	if recvHere {
@@ -558,11 +631,14 @@ func (x *Executor) issue(st *step) error {
 		}
 		d := x.devOf[rop.Rank]
 		rs := x.streams[st.rstrm]
-		if err := g.recv(x.addr(rop.Dst), rop.Dst.Bytes, x.peerOf[op.Rank], x.comms[d], rs); err != nil {
+		if err := g.recv(x.addr(rop.Dst), st.bytes, x.peerOf[op.Rank], x.comms[d][st.comm], rs); err != nil {
 			return err
 		}
 		if st.rrecord >= 0 {
 			x.pending = append(x.pending, [2]handle{x.events[st.rrecord], rs})
+		}
+		for _, e := range st.rmore {
+			x.pending = append(x.pending, [2]handle{x.events[e], rs})
 		}
 	}
 	return nil

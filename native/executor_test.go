@@ -61,7 +61,7 @@ func randomSchedule(t *testing.T, rng *rand.Rand) *ir.Schedule {
 func runFake(t *testing.T, s *ir.Schedule, opt Options, devices int, seed uint64) *Result {
 	t.Helper()
 	g := newFake(devices, seed)
-	devOf, peerOf, comms := map[int32]int{}, map[int32]int{}, map[int]handle{}
+	devOf, peerOf, comms := map[int32]int{}, map[int32]int{}, map[int][]handle{}
 	for i, r := range s.World {
 		d := 0
 		if opt.Backend == NCCL {
@@ -69,7 +69,10 @@ func runFake(t *testing.T, s *ir.Schedule, opt Options, devices int, seed uint64
 		}
 		devOf[int32(r.Rank)] = d
 		peerOf[int32(r.Rank)] = d
-		comms[d] = handle(d) // the fake names a comm by its NCCL rank
+		comms[d] = []handle{handle(d)} // the fake names a comm by its NCCL rank
+		if opt.Backend == Loopback {
+			comms[d] = []handle{0, 1000, 2000} // three sets, as the loopback transport opens several
+		}
 	}
 	x, err := newExecutor(s, g, opt, devOf, peerOf, comms)
 	if err != nil {
@@ -93,6 +96,8 @@ func TestExecutorOnFake(t *testing.T) {
 			{Backend: Loopback, Transport: TransportCopy, Lanes: 1 + rng.IntN(4), Iters: 1},
 			{Backend: Loopback, Transport: TransportNCCL, Lanes: 1 + rng.IntN(4), Iters: 1},
 			{Backend: NCCL, Lanes: 1 + rng.IntN(4), Iters: 1},
+			{Backend: NCCL, Transport: TransportCopy, Lanes: 1 + rng.IntN(4), Iters: 1},
+			{Backend: NCCL, Lanes: 1 + rng.IntN(4), Iters: 1, WaveBytes: 1 + rng.Int64N(64)},
 		} {
 			devices := 1
 			if opt.Backend == NCCL {
@@ -109,30 +114,40 @@ func TestExecutorOnFake(t *testing.T) {
 // A schedule with a dependency removed fails on the fake: the executor's
 // result depends on the schedule's dependencies, not on luck.
 func TestExecutorNeedsDependencies(t *testing.T) {
-	rng := rand.New(rand.NewPCG(33, 34))
-	broken := 0
-	for i := range 60 {
-		s := randomSchedule(t, rng)
-		cut := false
-		for k := range s.Ops {
-			if s.Ops[k].Kind == ir.Unpack && s.Ops[k].DepLen > 0 {
-				s.Ops[k].DepLen = 0
-				cut = true
+	for _, opt := range []Options{
+		{Backend: Loopback, Lanes: 4, Iters: 1},
+		{Backend: NCCL, Lanes: 4, Iters: 1},                 // NCCL groups
+		{Backend: NCCL, Transport: TransportCopy, Iters: 1}, // peer copies
+	} {
+		rng := rand.New(rand.NewPCG(33, 34))
+		broken := 0
+		for i := range 60 {
+			s := randomSchedule(t, rng)
+			cut := false
+			for k := range s.Ops {
+				if s.Ops[k].Kind == ir.Unpack && s.Ops[k].DepLen > 0 {
+					s.Ops[k].DepLen = 0
+					cut = true
+				}
+			}
+			if !cut {
+				continue
+			}
+			devices := 1
+			if opt.Backend == NCCL {
+				devices = len(s.World)
+			}
+			for seed := range uint64(4) {
+				res := runFake(t, s, opt, devices, seed+uint64(i)*10)
+				if !res.Verified {
+					broken++
+					break
+				}
 			}
 		}
-		if !cut {
-			continue
+		if broken == 0 {
+			t.Errorf("%s/%s: no schedule with cut dependencies ever delivered a wrong byte", opt.Backend, opt.Transport)
 		}
-		for seed := range uint64(4) {
-			res := runFake(t, s, Options{Backend: Loopback, Lanes: 4, Iters: 1}, 1, seed+uint64(i)*10)
-			if !res.Verified {
-				broken++
-				break
-			}
-		}
-	}
-	if broken == 0 {
-		t.Error("no schedule with cut dependencies ever delivered a wrong byte")
 	}
 }
 

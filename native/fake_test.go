@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/m2n-project/m2n/model/units"
 	"github.com/m2n-project/m2n/plan/hostexec"
@@ -23,9 +24,15 @@ type fakeGPU struct {
 	events  []int // per event: completed record count
 	posted  []int // per event: records enqueued
 	group   bool
-	inFly   map[[2]int][][]byte // NCCL: data sent from peer a to b, not yet received
-	nextH   handle
-	waves   int
+	// An open group's ops per stream, sends and recvs apart: at the group's
+	// end each stream runs its sends before its recvs, the order in which a
+	// transfer that wrongly shares a group with the transfer it forwards
+	// reads stale data (NCCL runs a group's calls concurrently, in order
+	// only per peer).
+	gsends, grecvs map[handle][]fakeOp
+	inFly          map[[3]int][][]byte // NCCL: data sent on communicator set c from peer a to b, not yet received
+	nextH          handle
+	waves          int
 }
 
 type fakeOp struct {
@@ -34,7 +41,7 @@ type fakeOp struct {
 }
 
 func newFake(devices int, seed uint64) *fakeGPU {
-	f := &fakeGPU{rng: rand.New(rand.NewPCG(seed, 1)), devMem: 64 << 20, devOf: map[handle]int{}, inFly: map[[2]int][][]byte{}, nextH: 1}
+	f := &fakeGPU{rng: rand.New(rand.NewPCG(seed, 1)), devMem: 64 << 20, devOf: map[handle]int{}, inFly: map[[3]int][][]byte{}, nextH: 1}
 	f.mem = make([]byte, int64(devices)*f.devMem)
 	f.next = make([]int64, devices)
 	return f
@@ -168,17 +175,45 @@ func (f *fakeGPU) verify(a *patternArgs, st handle) (int64, int64, error) {
 	})
 	return bad, first, nil
 }
-func (f *fakeGPU) groupStart() error { f.group = true; f.waves++; return nil }
-func (f *fakeGPU) groupEnd() error   { f.group = false; return nil }
+func (f *fakeGPU) groupStart() error {
+	f.group = true
+	f.waves++
+	f.gsends, f.grecvs = map[handle][]fakeOp{}, map[handle][]fakeOp{}
+	return nil
+}
 
-// NCCL: peers are NCCL ranks; comm handles are the sender's own rank.
+func (f *fakeGPU) groupEnd() error {
+	f.group = false
+	var sts []handle
+	for st := range f.gsends {
+		sts = append(sts, st)
+	}
+	for st := range f.grecvs {
+		if _, ok := f.gsends[st]; !ok {
+			sts = append(sts, st)
+		}
+	}
+	slices.Sort(sts)
+	for _, st := range sts {
+		for _, op := range f.gsends[st] {
+			f.enqueue(st, op)
+		}
+		for _, op := range f.grecvs[st] {
+			f.enqueue(st, op)
+		}
+	}
+	return nil
+}
+
+// NCCL: peers are NCCL ranks; a comm handle is set*1000 + the caller's own
+// rank, each set of communicators matching its sends and recvs apart.
 func (f *fakeGPU) send(src uint64, n int64, peer int, comm handle, st handle) error {
 	if !f.group {
 		return fmt.Errorf("fake: send outside a group")
 	}
-	me := int(comm)
-	f.enqueue(st, fakeOp{run: func() {
-		k := [2]int{me, peer}
+	set, me := int(comm)/1000, int(comm)%1000
+	f.gsends[st] = append(f.gsends[st], fakeOp{run: func() {
+		k := [3]int{set, me, peer}
 		f.inFly[k] = append(f.inFly[k], append([]byte(nil), f.mem[src:src+uint64(n)]...))
 	}})
 	return nil
@@ -187,9 +222,9 @@ func (f *fakeGPU) recv(dst uint64, n int64, peer int, comm handle, st handle) er
 	if !f.group {
 		return fmt.Errorf("fake: recv outside a group")
 	}
-	me := int(comm)
-	k := [2]int{peer, me}
-	f.enqueue(st, fakeOp{ready: func() bool { return len(f.inFly[k]) > 0 }, run: func() {
+	set, me := int(comm)/1000, int(comm)%1000
+	k := [3]int{set, peer, me}
+	f.grecvs[st] = append(f.grecvs[st], fakeOp{ready: func() bool { return len(f.inFly[k]) > 0 }, run: func() {
 		data := f.inFly[k][0]
 		f.inFly[k] = f.inFly[k][1:]
 		if int64(len(data)) != n {

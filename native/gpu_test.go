@@ -104,6 +104,57 @@ func TestGPULoopbackRandom(t *testing.T) {
 	}
 }
 
+// Random schedules over every GPU of the machine, one rank per GPU in one
+// process: NCCL groups (cut at random sizes) and NVLink peer copies, every
+// destination byte checked on its GPU.
+func TestGPUMultiRandom(t *testing.T) {
+	devs, err := Devices()
+	if err != nil {
+		skipWithoutGPU(t, err)
+	}
+	if len(devs) < 2 {
+		t.Skipf("%d GPU here; the test needs 2 or more", len(devs))
+	}
+	n := len(devs)
+	tp, _ := topo.Preset("hgx-h200")
+	tp.GPUsPerDomain, tp.Domains = 1, n // one virtual domain per GPU: forwarding routes
+	ranks := layout.RankRange(0, n)
+	rng := rand.New(rand.NewPCG(43, 44))
+	for i := 0; i < 24; {
+		nd := 1 + rng.IntN(3)
+		shape := make([]int64, nd)
+		for d := range shape {
+			shape[d] = 1 + rng.Int64N(300)
+		}
+		src, dst := randomLayout(rng, shape, ranks), randomLayout(rng, shape, ranks)
+		dst.DType = src.DType
+		if src.Mesh.Validate() != nil || dst.Mesh.Validate() != nil {
+			continue
+		}
+		route := plan.Routes[i%len(plan.Routes)]
+		s, err := plan.Build([]ir.Tensor{{Name: "t", Src: src, Dst: dst}}, tp, plan.Options{Route: route, ChunkBytes: 1 + rng.Int64N(64<<10)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, opt := range []Options{
+			{Backend: NCCL, Iters: 2, WaveBytes: []int64{0, -1, 1 + rng.Int64N(128<<10)}[i%3]},
+			{Backend: NCCL, Transport: TransportCopy, Iters: 2, Graph: i%2 == 0},
+		} {
+			x, err := New(s, opt)
+			skipWithoutGPU(t, err)
+			res, err := x.Run()
+			x.Close()
+			if err != nil {
+				t.Fatalf("case %d %s/%s: %v", i, opt.Backend, opt.Transport, err)
+			}
+			if !res.Verified {
+				t.Fatalf("case %d %s/%s (%s): %d wrong elements; first %s", i, opt.Backend, opt.Transport, s.Route, res.WrongElems, res.FirstWrong)
+			}
+		}
+		i++
+	}
+}
+
 // paperTensor is the paper's layer with experts scaled by 1/f.
 func paperTensor(rho int, experts int64) []ir.Tensor {
 	shape := []int64{experts, 2048, 7168}

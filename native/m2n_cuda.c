@@ -37,6 +37,8 @@ FN(CUresult, cuDeviceGetPCIBusId, (char*, int, CUdevice))
 FN(CUresult, cuDevicePrimaryCtxRetain, (CUcontext*, CUdevice))
 FN(CUresult, cuDevicePrimaryCtxRelease, (CUdevice))
 FN(CUresult, cuCtxSetCurrent, (CUcontext))
+FN(CUresult, cuCtxEnablePeerAccess, (CUcontext, unsigned))
+FN(CUresult, cuDeviceCanAccessPeer, (int*, CUdevice, CUdevice))
 FN(CUresult, cuCtxSynchronize, (void))
 FN(CUresult, cuMemAlloc, (CUdeviceptr*, size_t))
 FN(CUresult, cuMemFree, (CUdeviceptr))
@@ -92,6 +94,7 @@ FN(ncclResult_t, ncclCommInitRankConfig, (ncclComm_t*, int, ncclUniqueId, int, m
 FN(ncclResult_t, ncclCommInitAll, (ncclComm_t*, int, const int*))
 FN(ncclResult_t, ncclCommDestroy, (ncclComm_t))
 FN(ncclResult_t, ncclCommAbort, (ncclComm_t))
+FN(ncclResult_t, ncclCommSplit, (ncclComm_t, int, int, ncclComm_t*, m2nNcclConfig*))
 FN(ncclResult_t, ncclCommGetAsyncError, (ncclComm_t, ncclResult_t*))
 FN(ncclResult_t, ncclSend, (const void*, size_t, int, int, ncclComm_t, CUstream))
 FN(ncclResult_t, ncclRecv, (void*, size_t, int, int, ncclComm_t, CUstream))
@@ -128,6 +131,8 @@ int m2n_bind_cuda(void* h, char* missing, int n) {
 	SYM(h, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
 	SYM(h, cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease");
 	SYM(h, cuCtxSetCurrent, "cuCtxSetCurrent");
+	SYM(h, cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess");
+	SYM(h, cuDeviceCanAccessPeer, "cuDeviceCanAccessPeer");
 	SYM(h, cuCtxSynchronize, "cuCtxSynchronize");
 	SYM(h, cuMemAlloc, "cuMemAlloc_v2");
 	SYM(h, cuMemFree, "cuMemFree_v2");
@@ -183,6 +188,7 @@ int m2n_bind_nccl(void* h, char* missing, int n) {
 	SYM(h, ncclCommInitAll, "ncclCommInitAll");
 	SYM(h, ncclCommDestroy, "ncclCommDestroy");
 	SYM(h, ncclCommAbort, "ncclCommAbort");
+	SYM(h, ncclCommSplit, "ncclCommSplit");
 	SYM(h, ncclCommGetAsyncError, "ncclCommGetAsyncError");
 	SYM(h, ncclSend, "ncclSend");
 	SYM(h, ncclRecv, "ncclRecv");
@@ -209,6 +215,8 @@ CUresult m2n_cuDeviceGetPCIBusId(char* s, int n, int d) { return p_cuDeviceGetPC
 CUresult m2n_cuDevicePrimaryCtxRetain(uptr* ctx, int d) { return p_cuDevicePrimaryCtxRetain((CUcontext*)ctx, d); }
 CUresult m2n_cuDevicePrimaryCtxRelease(int d) { return p_cuDevicePrimaryCtxRelease(d); }
 CUresult m2n_cuCtxSetCurrent(uptr ctx) { return p_cuCtxSetCurrent((CUcontext)ctx); }
+CUresult m2n_cuCtxEnablePeerAccess(uptr peer) { return p_cuCtxEnablePeerAccess((CUcontext)peer, 0); }
+CUresult m2n_cuDeviceCanAccessPeer(int* can, int d, int peer) { return p_cuDeviceCanAccessPeer(can, d, peer); }
 CUresult m2n_cuCtxSynchronize(void) { return p_cuCtxSynchronize(); }
 CUresult m2n_cuMemAlloc(ull* p, size_t n) { return p_cuMemAlloc((CUdeviceptr*)p, n); }
 CUresult m2n_cuMemFree(ull p) { return p_cuMemFree(p); }
@@ -270,6 +278,11 @@ ncclResult_t m2n_ncclCommInitRank(uptr* comm, int n, const char* idbytes, int ra
 	m2nNcclConfig cfg; cfg.size = sizeof cfg; cfg.magic = 0xcafebeef; cfg.version = 22803; cfg.blocking = blocking;
 	cfg.cgaClusterSize = (int)0x80000000; // NCCL_CONFIG_UNDEF_INT
 	return p_ncclCommInitRankConfig((ncclComm_t*)comm, n, id, rank, &cfg);
+}
+ncclResult_t m2n_ncclCommSplit(uptr parent, int color, int key, uptr* child, int blocking) {
+	m2nNcclConfig cfg; cfg.size = sizeof cfg; cfg.magic = 0xcafebeef; cfg.version = 22803; cfg.blocking = blocking;
+	cfg.cgaClusterSize = (int)0x80000000; // NCCL_CONFIG_UNDEF_INT
+	return p_ncclCommSplit((ncclComm_t)parent, color, key, (ncclComm_t*)child, &cfg);
 }
 ncclResult_t m2n_ncclCommInitAll(uptr* comms, int n, const int* devs) { return p_ncclCommInitAll((ncclComm_t*)comms, n, devs); }
 ncclResult_t m2n_ncclCommDestroy(uptr c) { return p_ncclCommDestroy((ncclComm_t)c); }

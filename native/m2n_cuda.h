@@ -22,6 +22,8 @@ CUresult m2n_cuDeviceGetPCIBusId(char* s, int n, int d);
 CUresult m2n_cuDevicePrimaryCtxRetain(uptr* ctx, int d);
 CUresult m2n_cuDevicePrimaryCtxRelease(int d);
 CUresult m2n_cuCtxSetCurrent(uptr ctx);
+CUresult m2n_cuCtxEnablePeerAccess(uptr peer);
+CUresult m2n_cuDeviceCanAccessPeer(int* can, int d, int peer);
 CUresult m2n_cuCtxSynchronize(void);
 CUresult m2n_cuMemAlloc(ull* p, size_t n);
 CUresult m2n_cuMemFree(ull p);
@@ -66,6 +68,7 @@ ncclResult_t m2n_ncclCommInitRank(uptr* comm, int n, const char* idbytes, int ra
 ncclResult_t m2n_ncclCommInitAll(uptr* comms, int n, const int* devs);
 ncclResult_t m2n_ncclCommDestroy(uptr c);
 ncclResult_t m2n_ncclCommAbort(uptr c);
+ncclResult_t m2n_ncclCommSplit(uptr parent, int color, int key, uptr* child, int blocking);
 ncclResult_t m2n_ncclCommGetAsyncError(uptr c, int* st);
 ncclResult_t m2n_ncclSend(ull buf, size_t n, int peer, uptr c, uptr s);
 ncclResult_t m2n_ncclRecv(ull buf, size_t n, int peer, uptr c, uptr s);

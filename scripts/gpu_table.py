@@ -1,0 +1,39 @@
+#!/usr/bin/env python3
+"""Prints one table of `m2n run --json` files: python3 scripts/gpu_table.py OUT/*.json.
+
+Each file is named CONFIG.json; a row per (config, point, route)."""
+import json
+import os
+import sys
+
+
+def ms(s):
+    return f"{s * 1e3:.3f} ms" if s else "-"
+
+
+def main(paths):
+    rows = [("config", "point", "route", "measured", "min", "groups", "host issue", "per group", "peak/GPU", "verified")]
+    for p in paths:
+        name = os.path.basename(p)[:-5]
+        try:
+            doc = json.load(open(p))
+        except Exception as e:  # a run that printed nothing: say so
+            rows.append((name, "-", "-", f"no JSON: {e}", "", "", "", "", "", ""))
+            continue
+        for r in doc.get("records", []):
+            point = ",".join(f"{k}={v}" for k, v in sorted(r.get("point", {}).items())) or "-"
+            if r.get("error"):
+                rows.append((name, point, r["route"], "ERROR " + r["error"][:60], "", "", "", "", "", ""))
+                continue
+            g = r.get("nccl_groups", 0)
+            hi = r.get("host_issue_s", 0)
+            rows.append((name, point, r["route"], ms(r["measured_s"]), ms(r["measured_min_s"]), str(g), f"{hi * 1e6:.0f} us",
+                         f"{hi * 1e6 / g:.1f} us" if g else "-", f"{r.get('peak_device_bytes', 0) / 2**20:.0f} MiB",
+                         "ok" if r["verified"] else "WRONG"))
+    w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip())
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
