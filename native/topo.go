@@ -2,8 +2,12 @@ package native
 
 import (
 	"fmt"
+	"io"
 	"sort"
 	"strings"
+	"text/tabwriter"
+
+	"github.com/m2n-project/m2n/model/units"
 )
 
 // GPUInfo is one GPU as NVML reports it.
@@ -106,4 +110,45 @@ func TopologyTOML(gpus []GPUInfo) string {
 		b.WriteString("# no active NVLink links: GPUs talk over PCIe and the network\n")
 	}
 	return b.String()
+}
+
+// InventoryJSON is the output of `m2n topo --json`: each GPU with its
+// domain and NVLink bandwidth, and the [topology] table.
+func InventoryJSON(gpus []GPUInfo) any {
+	type gpuJSON struct {
+		GPUInfo
+		Domain     string  `json:"domain"`
+		NVLinkGBps float64 `json:"nvlink_gbps"`
+	}
+	var out []gpuJSON
+	for _, g := range gpus {
+		out = append(out, gpuJSON{g, g.Domain(), g.NVLinkGBps()})
+	}
+	return map[string]any{"gpus": out, "topology_toml": TopologyTOML(gpus)}
+}
+
+// WriteInventory writes the table of `m2n topo`: a line per GPU, then the
+// [topology] table.
+func WriteInventory(w io.Writer, gpus []GPUInfo) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "gpu\tname\tmemory\tpci\tnvlink links\tper link\tremote\tfabric\tdomain")
+	for _, g := range gpus {
+		links, speed, remote := fmt.Sprint(g.NVLinks), "-", "-"
+		if gen := g.NVLinkGeneration(); gen != "" {
+			links += " (NVLink " + gen + ")"
+		}
+		if g.NVLinkSpeedMBps > 0 {
+			speed = fmt.Sprintf("%d MB/s (%s)", g.NVLinkSpeedMBps, g.NVLinkSpeedFrom)
+		}
+		if g.NVLinkRemote != "" {
+			remote = g.NVLinkRemote
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Index, g.Name, units.Bytes(g.MemoryBytes).Human(), g.PCIBusID,
+			links, speed, remote, g.FabricState, g.Domain())
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "\n%s", TopologyTOML(gpus))
+	return err
 }

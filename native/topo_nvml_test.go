@@ -4,6 +4,7 @@ package native
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -126,5 +127,31 @@ func TestInventoryDeviceError(t *testing.T) {
 	_, err := inventory(srv, noFabric)
 	if !errors.Is(err, nvml.ERROR_GPU_IS_LOST) || !strings.Contains(err.Error(), "device 3") {
 		t.Errorf("got %v, want device 3's error", err)
+	}
+}
+
+// m2n topo's views of the mock machine: a row per GPU, then the table.
+func TestInventoryViews(t *testing.T) {
+	gpus, err := inventory(h200Machine(t, 0), noFabric)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := WriteInventory(&b, gpus); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	rows := strings.Count(out, "NVIDIA H200 141GB HBM3e  ")
+	if rows != 8 || !strings.Contains(out, "18 (NVLink 4.0)") || !strings.Contains(out, "25000 MB/s (spec)") || !strings.Contains(out, "gpus_per_domain = 8") {
+		t.Errorf("%d GPU rows in:\n%s", rows, out)
+	}
+	js, err := json.Marshal(InventoryJSON(gpus))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"domain":"local"`, `"nvlink_gbps":450`, `"topology_toml":"# 8 x NVIDIA H200`} {
+		if !strings.Contains(string(js), want) {
+			t.Errorf("JSON lacks %s: %s", want, js)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/m2n-project/m2n/internal/atomicfile"
 	"github.com/m2n-project/m2n/model/scenario"
 	"github.com/m2n-project/m2n/scenarios"
 )
@@ -225,20 +226,6 @@ func oneScenarioArg(pos []string) (string, error) {
 	return "", usagef("want one scenario, got %d arguments: %s", len(pos), strings.Join(pos, " "))
 }
 
-// writeFileAtomic writes data to a temporary file beside path and renames
-// it into place, so readers see the old file or the whole new one.
-func writeFileAtomic(path string, data []byte) error {
-	tmp, err := stageFile(filepath.Dir(path), filepath.Base(path), data)
-	if err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
-}
-
 // encodeFileAtomic writes what encode writes to path, atomically;
 // errors name the flag that chose the path.
 func encodeFileAtomic(flag, path string, encode func(io.Writer) error) error {
@@ -246,32 +233,10 @@ func encodeFileAtomic(flag, path string, encode func(io.Writer) error) error {
 	if err := encode(&buf); err != nil {
 		return err
 	}
-	if err := writeFileAtomic(path, buf.Bytes()); err != nil {
+	if err := atomicfile.Write(path, buf.Bytes()); err != nil {
 		return fmt.Errorf("%s: %w", flag, err)
 	}
 	return nil
-}
-
-// stageFile writes data to a new temporary file in dir, named after name,
-// and returns its path.
-func stageFile(dir, name string, data []byte) (string, error) {
-	f, err := os.CreateTemp(dir, "."+name+".tmp*")
-	if err != nil {
-		return "", err
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp, 0o644)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return "", err
-	}
-	return tmp, nil
 }
 
 // version is set by the build (-ldflags "-X main.version=...").

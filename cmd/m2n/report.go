@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/m2n-project/m2n/evaluate"
+	"github.com/m2n-project/m2n/internal/atomicfile"
 	"github.com/m2n-project/m2n/model/scenario"
 	"github.com/m2n-project/m2n/reports"
 	"github.com/m2n-project/m2n/sim"
@@ -173,38 +174,15 @@ func buildReport(sc *scenario.Scenario, recs []evaluate.Record, ideal bool, sel 
 	return rep
 }
 
-// writeReport writes the files into dir, creating it if needed. Every file
-// is first written in full to a temporary name beside its place; only when
-// all are written are they renamed into place, so a failure leaves the old
-// files (if any) as they were and nothing half written.
+// writeReport writes the files into dir, creating it if needed, all or
+// none of them (atomicfile.WriteAll).
 func writeReport(dir string, files []reports.File) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("-o %s: cannot create the folder: %w", dir, err)
-	}
-	for _, f := range files {
-		if fi, err := os.Lstat(filepath.Join(dir, f.Name)); err == nil && fi.IsDir() {
-			return fmt.Errorf("-o %s: cannot write %s there: a folder of that name is in the way", dir, f.Name)
-		}
-	}
-	var tmps []string
-	cleanup := func() {
-		for _, t := range tmps {
-			os.Remove(t)
-		}
-	}
-	for _, f := range files {
-		tmp, err := stageFile(dir, f.Name, f.Data)
-		if err != nil {
-			cleanup()
-			return fmt.Errorf("-o %s: cannot write %s there: %w", dir, f.Name, err)
-		}
-		tmps = append(tmps, tmp)
-	}
+	fs := make([]atomicfile.File, len(files))
 	for i, f := range files {
-		if err := os.Rename(tmps[i], filepath.Join(dir, f.Name)); err != nil {
-			cleanup()
-			return fmt.Errorf("-o %s: cannot write %s there: %w", dir, f.Name, err)
-		}
+		fs[i] = atomicfile.File{Name: f.Name, Data: f.Data}
+	}
+	if err := atomicfile.WriteAll(dir, fs); err != nil {
+		return fmt.Errorf("-o %s: %w", dir, err)
 	}
 	return nil
 }

@@ -289,41 +289,7 @@ one); then the [topology] table m2n would use for them.`)
 		return err
 	}
 	if *asJSON {
-		type gj struct {
-			native.GPUInfo
-			Domain     string  `json:"domain"`
-			NVLinkGBps float64 `json:"nvlink_gbps"`
-		}
-		var out []gj
-		for _, g := range gpus {
-			out = append(out, gj{g, g.Domain(), g.NVLinkGBps()})
-		}
-		return printJSON(e.stdout, map[string]any{"gpus": out, "topology_toml": native.TopologyTOML(gpus)})
+		return printJSON(e.stdout, native.InventoryJSON(gpus))
 	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "gpu\tname\tmemory\tpci\tnvlink links\tper link\tremote\tfabric\tdomain")
-	for _, g := range gpus {
-		links, speed := fmt.Sprint(g.NVLinks), "-"
-		if gen := g.NVLinkGeneration(); gen != "" {
-			links += " (NVLink " + gen + ")"
-		}
-		if g.NVLinkSpeedMBps > 0 {
-			speed = fmt.Sprintf("%d MB/s (%s)", g.NVLinkSpeedMBps, g.NVLinkSpeedFrom)
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Index, g.Name, units.Bytes(g.MemoryBytes).Human(), g.PCIBusID,
-			links, speed, orDash(g.NVLinkRemote), g.FabricState, g.Domain())
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintf(e.stdout, "\n%s", native.TopologyTOML(gpus))
-	return nil
-}
-
-// orDash is s, or "-" when s is empty.
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
+	return native.WriteInventory(e.stdout, gpus)
 }
