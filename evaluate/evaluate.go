@@ -74,8 +74,7 @@ func (r *Record) Ratio() float64 {
 
 // Options tune an evaluation.
 type Options struct {
-	Sim        sim.Options
-	ChunkBytes int64 // the pipelining chunk; 0 means plan.DefaultChunkBytes
+	Sim sim.Options
 	// References are the scenario's measurements; the last one matching the
 	// route and point is the record's. Leave them out for a point whose
 	// tensors are not what was measured (scaled down, say).
@@ -86,25 +85,35 @@ type Options struct {
 	LoopbackMemory units.Bandwidth
 }
 
-// Point builds the route at a sweep point and evaluates its schedule. It
-// returns the schedule and the simulation with the record, for a trace.
-func Point(p *scenario.Point, route string, opt Options) (Record, *ir.Schedule, *sim.Result, error) {
+// Build plans a route at a sweep point.
+func Build(p *scenario.Point, opt plan.Options) (*ir.Schedule, error) {
 	tensors := make([]ir.Tensor, len(p.Tensors))
 	for i, t := range p.Tensors {
 		tensors[i] = ir.Tensor{Name: t.Name, Src: t.Src, Dst: t.Dst}
 	}
-	s, err := plan.Build(tensors, p.Topology, plan.Options{Route: route, ChunkBytes: opt.ChunkBytes})
+	s, err := plan.Build(tensors, p.Topology, opt)
 	if err != nil {
-		return Record{}, nil, nil, fmt.Errorf("point %s, route %s: %w", p.Label(), route, err)
+		return nil, fmt.Errorf("point %s, route %s: %w", p.Label(), opt.Route, err)
+	}
+	return s, nil
+}
+
+// Point builds a route at a sweep point (popt names the route) and
+// evaluates its schedule. It returns the schedule and the simulation with
+// the record, for a trace.
+func Point(p *scenario.Point, popt plan.Options, opt Options) (Record, *ir.Schedule, *sim.Result, error) {
+	s, err := Build(p, popt)
+	if err != nil {
+		return Record{}, nil, nil, err
 	}
 	rec, res, err := Schedule(s, p.Topology, opt)
 	if err != nil {
-		return Record{}, nil, nil, fmt.Errorf("point %s, route %s: %w", p.Label(), route, err)
+		return Record{}, nil, nil, fmt.Errorf("point %s, route %s: %w", p.Label(), popt.Route, err)
 	}
 	rec.Point = p
 	rec.TensorClasses = TensorClasses(p)
 	for _, ref := range opt.References {
-		if ref.Route == route && ref.Matches(p) {
+		if ref.Route == popt.Route && ref.Matches(p) {
 			rec.Measured, rec.MeasuredSource, rec.MeasuredNote = ref.Measured, ref.Source, ref.Note
 		}
 	}

@@ -50,7 +50,7 @@ func point(t *testing.T) *scenario.Point {
 func TestPoint(t *testing.T) {
 	p := point(t)
 	sc, _ := scenario.Parse("two.toml", []byte(twoGPUs))
-	rec, s, res, err := Point(p, plan.Flat, Options{References: sc.References})
+	rec, s, res, err := Point(p, plan.Options{Route: plan.Flat}, Options{References: sc.References})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestPoint(t *testing.T) {
 		t.Errorf("label %q, modeled on %q", rec.Label(), rec.ModeledOn)
 	}
 	// No references for another route.
-	rec, _, _, err = Point(p, plan.Hierarchical, Options{References: sc.References})
+	rec, _, _, err = Point(p, plan.Options{Route: plan.Hierarchical}, Options{References: sc.References})
 	if err != nil || rec.HasMeasured() {
 		t.Errorf("hierarchical: %v, measured %v", err, rec.Measured)
 	}
@@ -83,7 +83,7 @@ func TestPoint(t *testing.T) {
 // A schedule whose route has no bound is an error, not a zero SOL.
 func TestScheduleNoBound(t *testing.T) {
 	p := point(t)
-	_, s, _, err := Point(p, plan.Flat, Options{})
+	_, s, _, err := Point(p, plan.Options{Route: plan.Flat}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestScheduleNoBound(t *testing.T) {
 // the bound stays the cluster's.
 func TestLoopback(t *testing.T) {
 	p := point(t)
-	cluster, s, _, err := Point(p, plan.Flat, Options{})
+	cluster, s, _, err := Point(p, plan.Options{Route: plan.Flat}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

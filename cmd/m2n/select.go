@@ -1,9 +1,9 @@
 package main
 
 import (
-	"fmt"
 	"strings"
 
+	"github.com/m2n-project/m2n/evaluate"
 	"github.com/m2n-project/m2n/model/scenario"
 	"github.com/m2n-project/m2n/model/units"
 	"github.com/m2n-project/m2n/plan"
@@ -113,19 +113,21 @@ func (sel *selection) chunkOf(p *scenario.Point) (int64, error) {
 	return plan.DefaultChunkBytes, nil
 }
 
+// planOptions returns the planner's options for a route at a point: the
+// one place where the flags become them, for every command.
+func (sel *selection) planOptions(p *scenario.Point, route string) (plan.Options, error) {
+	chunk, err := sel.chunkOf(p)
+	if err != nil {
+		return plan.Options{}, err
+	}
+	return plan.Options{Route: route, ChunkBytes: chunk}, nil
+}
+
 // build plans one route at one point.
 func (sel *selection) build(p *scenario.Point, route string) (*ir.Schedule, error) {
-	chunk, err := sel.chunkOf(p)
+	opt, err := sel.planOptions(p, route)
 	if err != nil {
 		return nil, err
 	}
-	tensors := make([]ir.Tensor, len(p.Tensors))
-	for i, t := range p.Tensors {
-		tensors[i] = ir.Tensor{Name: t.Name, Src: t.Src, Dst: t.Dst}
-	}
-	s, err := plan.Build(tensors, p.Topology, plan.Options{Route: route, ChunkBytes: chunk})
-	if err != nil {
-		return nil, fmt.Errorf("point %s, route %s: %w", p.Label(), route, err)
-	}
-	return s, nil
+	return evaluate.Build(p, opt)
 }

@@ -151,9 +151,9 @@ func (j simJob) run(sel *selection, opt sim.Options) (evaluate.Record, *ir.Sched
 		}
 		return rec, j.sched, res, nil
 	}
-	chunk, err := sel.chunkOf(j.point)
+	popt, err := sel.planOptions(j.point, j.route)
 	if err != nil {
 		return evaluate.Record{}, nil, nil, err
 	}
-	return evaluate.Point(j.point, j.route, evaluate.Options{Sim: opt, ChunkBytes: chunk, References: j.refs})
+	return evaluate.Point(j.point, popt, evaluate.Options{Sim: opt, References: j.refs})
 }
