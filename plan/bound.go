@@ -11,11 +11,15 @@ import (
 
 // SOL is the speed-of-light bound of a route: the aggregate data-movement
 // model of docs/sim.md, computed from the layouts and the topology's line
-// rates. Each route's bound sits beside the route and reads the same
-// geometry (leaders, rings, roots) as its builder. Every rank's bytes on each port (network egress and ingress,
+// rates. Every rank's bytes on each port (network egress and ingress,
 // NVLink egress and ingress), with the route's work spread over replicas as
 // evenly as the route allows, divided by the port's line rate; the bound is
 // the largest. It leaves out latencies, chunking, and the order of work.
+//
+// Each route's bound reads the same geometry as its builder, from the same
+// functions: the hierarchical route's entry domains ([hierRotation]),
+// agbcast's gather sources and broadcast ring, nemo-legacy's ring segments,
+// roots and broadcast rings.
 type SOL struct {
 	Route       string
 	Time        units.Time // the bound
