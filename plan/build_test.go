@@ -257,9 +257,18 @@ func TestBuildDeterministic(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, _ := Build([]ir.Tensor{{Name: "t", Src: src, Dst: dst}}, tp, Options{Route: route, ChunkBytes: 16})
-			ja, _ := json.Marshal(a)
-			jb, _ := json.Marshal(b)
+			b, err := Build([]ir.Tensor{{Name: "t", Src: src, Dst: dst}}, tp, Options{Route: route, ChunkBytes: 16})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ja, err := json.Marshal(a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			jb, err := json.Marshal(b)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if !bytes.Equal(ja, jb) {
 				t.Fatalf("%s: two builds of the same input differ", route)
 			}

@@ -35,7 +35,10 @@ func TestDeterministicAndConserving(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := Run(s, nvl72(2), Options{Timeline: true})
+	b, err := Run(s, nvl72(2), Options{Timeline: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if a.Makespan != b.Makespan || a.Events != b.Events {
 		t.Fatalf("two runs differ: %v vs %v", a.Makespan, b.Makespan)
 	}
@@ -98,7 +101,10 @@ func TestCapacityRespected(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
-	s, _ := plan.Build(paper(2), nvl72(2), plan.Options{Route: plan.Flat})
+	s, err := plan.Build(paper(2), nvl72(2), plan.Options{Route: plan.Flat})
+	if err != nil {
+		t.Fatal(err)
+	}
 	small, _ := topo.Preset("hgx-h200")
 	if _, err := Run(s, small, Options{}); err == nil {
 		t.Error("an IR whose ranks are off the topology ran")
