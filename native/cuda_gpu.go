@@ -168,7 +168,7 @@ func newCUDA(devs []int, timeout time.Duration) (*cudaGPU, error) {
 
 // loopbackComms is how many one-rank communicators the loopback NCCL
 // transport opens (docs/native.md measures it).
-var loopbackComms = envInt("M2N_LOOPBACK_COMMS", 8)
+var loopbackComms = envInt("M2N_LOOPBACK_COMMS", 4)
 
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
@@ -713,13 +713,14 @@ func New(s *ir.Schedule, opt Options) (*Executor, error) {
 	if err := s.Validate(); err != nil {
 		return nil, fmt.Errorf("schedule: %w", err)
 	}
-	if opt.Backend == NCCL && opt.Graph && opt.Transport != TransportCopy {
+	if opt.Graph && (opt.Backend == NCCL && opt.Transport != TransportCopy || opt.Transport == TransportNCCL) {
 		// On two H200s with NCCL 2.28, capturing NCCL send/recv of two GPUs
-		// in one process failed and then hung in ncclCommDestroy, and with
-		// one process per GPU the captured iteration never finished
-		// (docs/native.md); refuse rather than hang. Groups cost the host
-		// about 8 us each with one process per GPU, so graphs buy little.
-		return nil, errors.New("CUDA graphs of NCCL send/recv across GPUs are not supported (on 2 x H200 with NCCL 2.28 the capture failed in one process and hung with one process per GPU); run with --graph=false, or --transport copy in one process")
+		// in one process failed and then hung in ncclCommDestroy; with one
+		// process per GPU, and on one GPU (loopback self send/recv), the
+		// captured iteration never finished (docs/native.md). Refuse rather
+		// than hang. Groups cost the host about 8 us each with one process
+		// per GPU, so graphs buy little there.
+		return nil, errors.New("CUDA graphs of NCCL send/recv are not supported (on H200s with NCCL 2.28 the capture failed or hung); run with --graph=false, or with --transport copy")
 	}
 	devOf, peerOf := map[int32]int{}, map[int32]int{}
 	var devs []int

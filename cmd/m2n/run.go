@@ -69,7 +69,7 @@ process per GPU under torchrun, srun or mpirun.`)
 	device := fs.Int("device", 0, "loopback: the GPU to run on")
 	iters := fs.Int("iters", 5, "timed iterations")
 	warmup := fs.Int("warmup", 2, "untimed iterations first")
-	graph := fs.Bool("graph", true, "replay each iteration as a CUDA graph (no host launch gaps); with --backend nccl only with --transport copy")
+	graph := fs.Bool("graph", true, "replay each iteration as a CUDA graph (no host launch gaps); copy transport only")
 	waveBytes := fs.String("wave-bytes", "", "NCCL groups: the most bytes one ordered pair carries in a group when transfers pipeline through several (default: chosen from the schedule; \"none\": never cut)")
 	lanes := fs.Int("lanes", 4, "streams per GPU for local ops and copies")
 	timeout := fs.Duration("timeout", 5*time.Minute, "nccl: give up on a peer or an operation after this long")
@@ -100,21 +100,20 @@ process per GPU under torchrun, srun or mpirun.`)
 	}
 	opt := native.Options{Backend: *backend, Transport: *transport, Device: *device, Iters: *iters, Warmup: *warmup,
 		Graph: *graph, Lanes: *lanes, Timeout: *timeout, WaveBytes: wb}
+	// CUDA graphs of NCCL send/recv failed or hung (docs/native.md): off by
+	// default with the nccl transport, refused when asked for.
+	if *transport == native.TransportNCCL || *backend == native.NCCL && *transport != native.TransportCopy {
+		if graphSet && *graph {
+			return usagef("--graph with the nccl transport: CUDA graphs of NCCL send/recv are not supported (docs/native.md); leave --graph out, or use --transport copy")
+		}
+		opt.Graph = false
+	}
 	if *backend == native.NCCL {
 		l, err := native.DetectLaunchEnv()
 		if err != nil {
 			return err
 		}
 		opt.Launch = l
-		// CUDA graphs of NCCL send/recv across GPUs failed or hung
-		// (docs/native.md): off by default with the nccl transport,
-		// refused when asked for.
-		if *transport != native.TransportCopy {
-			if graphSet && *graph {
-				return usagef("--graph with --backend nccl: CUDA graphs of NCCL send/recv across GPUs are not supported (docs/native.md); leave --graph out, or use --transport copy in one process")
-			}
-			opt.Graph = false
-		}
 		if l != nil && l.Rank != 0 {
 			// One process per GPU: rank 0 prints; the others report errors only.
 			e = &env{stdout: io.Discard, stderr: e.stderr}
