@@ -526,6 +526,19 @@ var (
 
 const shortBlock, shortBlocksPer = 256, 8
 
+func (g *cudaGPU) copyOn(dst, src uint64, n int64, blocks int, st handle) error {
+	a, kernel, err := planBoxCopy(view{src, []int64{n}, []int64{0}}, view{dst, []int64{n}, []int64{0}}, []int64{n}, 1)
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(kernel, "long") || n < longRunBytes {
+		return g.copy(dst, src, n, st)
+	}
+	dev := g.owner[st]
+	grid := min(a.Runs*a.SegsPerRun, int64(blocks))
+	return g.launch(dev, kernel, int(max(grid, 1)), copyBlock, st, unsafe.Pointer(&a), unsafe.Sizeof(a), 0, 1)
+}
+
 func (g *cudaGPU) boxCopy(a *boxArgs, kernel string, st handle) error {
 	dev := g.owner[st]
 	blocks := int64(copyBlocksPer * g.sms[dev])
@@ -709,6 +722,9 @@ func New(s *ir.Schedule, opt Options) (*Executor, error) {
 	defer runtime.UnlockOSThread()
 	if opt.Timeout <= 0 {
 		opt.Timeout = 5 * time.Minute
+	}
+	if opt.LocalCopyBlocks == 0 {
+		opt.LocalCopyBlocks = envInt("M2N_LOCAL_COPY_BLOCKS", 0)
 	}
 	if err := s.Validate(); err != nil {
 		return nil, fmt.Errorf("schedule: %w", err)

@@ -44,6 +44,11 @@ type Options struct {
 	// group when transfers pipeline through several groups (waves mode):
 	// 0 chooses it from the schedule, a negative value never cuts.
 	WaveBytes int64
+	// LocalCopyBlocks, when positive, runs the contiguous local copies of
+	// waves mode (a colocated rank's own shard) on at most that many thread
+	// blocks, so they share the GPU with the NCCL kernel instead of holding
+	// every SM and memory bandwidth for their duration.
+	LocalCopyBlocks int
 }
 
 // Result is what a run measured and checked.
@@ -92,6 +97,9 @@ type gpu interface {
 	sync(st handle) error
 	copy(dst, src uint64, n int64, st handle) error
 	boxCopy(a *boxArgs, kernel string, st handle) error
+	// copyOn copies n contiguous bytes with m2n's copy kernel on at most
+	// blocks blocks, leaving the other SMs to a concurrent NCCL kernel.
+	copyOn(dst, src uint64, n int64, blocks int, st handle) error
 	fill(a *patternArgs, st handle) error
 	verify(a *patternArgs, st handle) (bad, first int64, err error)
 	// NCCL, for the waves mode.
@@ -650,6 +658,9 @@ func (x *Executor) addr(r ir.Region) uint64 { return x.bufAddr[r.Buf] + uint64(r
 // local1 issues a copy, pack or unpack.
 func (x *Executor) local1(op *ir.Op, st handle) error {
 	if !op.Src.IsBox() && !op.Dst.IsBox() {
+		if x.mode == wavesMode && x.opt.LocalCopyBlocks > 0 {
+			return x.g.copyOn(x.addr(op.Dst), x.addr(op.Src), op.Src.Bytes, x.opt.LocalCopyBlocks, st)
+		}
 		return x.g.copy(x.addr(op.Dst), x.addr(op.Src), op.Src.Bytes, st)
 	}
 	a, kernel, err := x.boxArgs(op)
