@@ -52,6 +52,17 @@ type runOutput struct {
 	Records  []runRecord `json:"records"`
 }
 
+// runOnGPU prepares, runs and releases one schedule on the GPUs; tests
+// replace it to exercise the command without a GPU.
+var runOnGPU = func(s *ir.Schedule, opt native.Options) (*native.Result, error) {
+	x, err := native.New(s, opt)
+	if err != nil {
+		return nil, err
+	}
+	defer x.Close()
+	return x.Run()
+}
+
 func runRun(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "run", "[flags] [SCENARIO]",
 		`Run every route's schedule on GPUs through CUDA and NCCL: fill the sources
@@ -175,14 +186,9 @@ process per GPU under torchrun, srun or mpirun.`)
 			}
 			rec.Point, rec.label = j.p.Map(), j.p.Label()
 		}
-		x, err := native.New(s, opt)
+		res, err := runOnGPU(s, opt)
 		if errors.Is(err, native.ErrNotSupported) {
 			return fmt.Errorf("m2n run needs a GPU build (linux, cgo) and the CUDA driver: %w", err)
-		}
-		var res *native.Result
-		if err == nil {
-			res, err = x.Run()
-			x.Close()
 		}
 		if err != nil {
 			// Record the failure and go on with the other runs, unless a
