@@ -17,7 +17,7 @@ func TestGroupsRespectDependencies(t *testing.T) {
 	rng := rand.New(rand.NewPCG(41, 42))
 	for i := range 200 {
 		s := randomSchedule(t, rng)
-		order, _, err := issueOrder(s)
+		order, err := issueOrder(s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -111,7 +111,7 @@ func TestGroupsPipelineForwarding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	order, _, err := issueOrder(s)
+	order, err := issueOrder(s)
 	if err != nil {
 		t.Fatal(err)
 	}
