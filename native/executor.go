@@ -107,6 +107,11 @@ type gpu interface {
 	groupEnd() error
 	send(src uint64, n int64, peer int, comm handle, st handle) error
 	recv(dst uint64, n int64, peer int, comm handle, st handle) error
+	// Copy transport with one process per GPU: share gives every rank this
+	// process's arena over CUDA IPC and returns each NCCL rank's arena as
+	// mapped here; barrier waits for every rank.
+	share(dev int, base uint64, comm handle, world, me int) ([]uint64, error)
+	barrier(dev int, comm handle, world int) error
 	// CUDA graphs.
 	beginCapture(st handle) error
 	endCapture(st handle) (handle, error)
@@ -126,9 +131,9 @@ type Executor struct {
 	prog *program
 	mode mode
 
-	devOf   map[int32]int // rank -> device index of this process; absent: a remote rank
-	devices []int         // device indices in use
-	peerOf  map[int32]int // rank -> NCCL rank (its index in the world)
+	devOf   map[int32]int    // rank -> device index of this process; absent: a remote rank
+	devices []int            // device indices in use
+	peerOf  map[int32]int    // rank -> NCCL rank (its index in the world)
 	comms   map[int][]handle // device -> its communicators (several only in loopback: parallel NCCL queues)
 
 	arena   map[int]uint64 // device -> base of its allocation
@@ -146,6 +151,9 @@ type Executor struct {
 	// Bytes allocated per device, all buffers and staging only.
 	need, staging map[int]int64
 	issueTime     units.Time // of the last timed iteration
+	// ipc: the copy transport with one process per GPU; each transfer is a
+	// copy by its receiver from the sender's arena, mapped over CUDA IPC.
+	ipc bool
 }
 
 // newExecutor prepares a schedule on a device layer: maps ranks to devices,
@@ -212,6 +220,30 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 		if d, ok := devOf[int32(b.Rank)]; ok {
 			x.bufAddr[i] = x.arena[d] + next[d]
 			next[d] += uint64(align(b.Bytes))
+		}
+	}
+	x.ipc = opt.Backend == NCCL && x.opt.Transport == TransportCopy && opt.Launch != nil
+	if x.ipc {
+		// Every rank's arena holds its buffers in schedule order, as this
+		// loop lays out the local one: a peer's buffer is its arena's base
+		// plus the same offset.
+		d := x.devices[0]
+		bases, err := g.share(d, x.arena[d], comms[d][0], len(s.World), opt.Launch.Rank)
+		if err != nil {
+			x.Close()
+			return nil, fmt.Errorf("sharing buffers over CUDA IPC: %w", err)
+		}
+		base := map[int]uint64{}
+		for i, r := range s.World {
+			base[r.Rank] = bases[i]
+		}
+		off := map[int]uint64{}
+		for i := range s.Buffers {
+			b := &s.Buffers[i]
+			if _, ok := devOf[int32(b.Rank)]; !ok {
+				x.bufAddr[i] = base[b.Rank] + off[b.Rank]
+			}
+			off[b.Rank] += uint64(align(b.Bytes))
 		}
 	}
 	// Ops of remote ranks are in the program too (their levels place the
@@ -347,6 +379,9 @@ func (x *Executor) Run() (_ *Result, err error) {
 	if err := x.fill(); err != nil {
 		return nil, err
 	}
+	if err := x.barrier(); err != nil { // peers read this process's inputs
+		return nil, err
+	}
 	if err := x.iteration(); err != nil {
 		return nil, err
 	}
@@ -389,7 +424,22 @@ func (x *Executor) Run() (_ *Result, err error) {
 	if res.Verified && !again.Verified {
 		res.Verified, res.WrongElems, res.FirstWrong = false, again.WrongElems, again.FirstWrong+" (after the timed iterations)"
 	}
+	if err := x.barrier(); err != nil { // no peer reads this arena any more
+		return nil, err
+	}
 	return res, nil
+}
+
+// barrier waits for every process of an IPC run; a no-op otherwise.
+func (x *Executor) barrier() error {
+	if !x.ipc {
+		return nil
+	}
+	d := x.devices[0]
+	if err := x.syncAll(); err != nil {
+		return err
+	}
+	return x.g.barrier(d, x.comms[d][0], len(x.s.World))
 }
 
 // fill writes every input's pattern and the complement into every output,
@@ -598,6 +648,9 @@ func (x *Executor) issue(st *step) error {
 		}
 		return nil
 	case x.mode == streamsMode:
+		if !recvHere {
+			return nil // a peer process copies it
+		}
 		if err := waitOn(st.stream, st.waits); err != nil {
 			return err
 		}
@@ -647,6 +700,28 @@ func (x *Executor) issue(st *step) error {
 		}
 		for _, e := range st.rmore {
 			x.pending = append(x.pending, [2]handle{x.events[e], rs})
+		}
+	}
+	return nil
+}
+
+// ipcEligible checks that a schedule can run as copies pulled across
+// processes: every send reads its rank's input (written once, before the
+// run) and waits for nothing but the sends before it to the same peer, so a
+// receiver never needs an event of another process.
+func ipcEligible(s *ir.Schedule) error {
+	for i := range int32(len(s.Ops)) {
+		op := &s.Ops[i]
+		if op.Kind != ir.Send {
+			continue
+		}
+		if s.Buffers[op.Src.Buf].Kind != ir.Input {
+			return fmt.Errorf("%w: the copy transport with one process per GPU runs schedules whose sends read inputs only; op %d (%s) sends from a %s buffer: use --transport nccl", ErrNotSupported, i, s.Route, s.Buffers[op.Src.Buf].Kind)
+		}
+		for _, d := range s.Deps(i) {
+			if dop := &s.Ops[d]; dop.Kind != ir.Send || dop.Rank != op.Rank || dop.Peer != op.Peer {
+				return fmt.Errorf("%w: the copy transport with one process per GPU runs schedules whose sends wait only for earlier sends to the same peer; op %d (%s) waits for op %d: use --transport nccl", ErrNotSupported, i, s.Route, d)
+			}
 		}
 	}
 	return nil

@@ -237,8 +237,10 @@ func (f *fakeGPU) recv(dst uint64, n int64, peer int, comm handle, st handle) er
 	}})
 	return nil
 }
-func (f *fakeGPU) beginCapture(handle) error         { return ErrNotSupported }
-func (f *fakeGPU) endCapture(handle) (handle, error) { return 0, ErrNotSupported }
-func (f *fakeGPU) launchGraph(handle, handle) error  { return ErrNotSupported }
-func (f *fakeGPU) close() error                      { return nil }
-func (f *fakeGPU) abort()                            {}
+func (f *fakeGPU) share(int, uint64, handle, int, int) ([]uint64, error) { return nil, ErrNotSupported }
+func (f *fakeGPU) barrier(int, handle, int) error                        { return nil }
+func (f *fakeGPU) beginCapture(handle) error                             { return ErrNotSupported }
+func (f *fakeGPU) endCapture(handle) (handle, error)                     { return 0, ErrNotSupported }
+func (f *fakeGPU) launchGraph(handle, handle) error                      { return ErrNotSupported }
+func (f *fakeGPU) close() error                                          { return nil }
+func (f *fakeGPU) abort()                                                {}
