@@ -63,6 +63,7 @@ type cudaGPU struct {
 	// aborts every communicator after the timeout, as PyTorch's
 	// ProcessGroupNCCL does.
 	aborted bool
+	ipcOpen map[int][]uint64 // device -> peers' arenas mapped here (CUDA IPC)
 }
 
 func cudaDevice(ord int) (C.int, error) {
@@ -166,9 +167,100 @@ func newCUDA(devs []int, timeout time.Duration) (*cudaGPU, error) {
 	return g, nil
 }
 
+// share gives every rank of the communicator this process's arena: each
+// process's CUDA IPC handle is all-gathered over NCCL and the peers' are
+// opened here. It returns each NCCL rank's arena as mapped here (this
+// process's own, base, at index me).
+func (g *cudaGPU) share(dev int, base uint64, comm handle, world, me int) ([]uint64, error) {
+	out := make([]uint64, world)
+	out[me] = base
+	var handles []byte
+	err := g.on(dev, func() error {
+		var mine [64]byte
+		if r := C.m2n_cuIpcGetMemHandle((*C.char)(unsafe.Pointer(&mine[0])), C.ull(base)); r != 0 {
+			return cuErr("cuIpcGetMemHandle", r)
+		}
+		all, err := g.allGather(dev, mine[:], comm, world)
+		handles = all
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	for j := range world {
+		if j == me {
+			continue
+		}
+		err := g.on(dev, func() error {
+			var p C.ull
+			if r := C.m2n_cuIpcOpenMemHandle(&p, (*C.char)(unsafe.Pointer(&handles[64*j]))); r != 0 {
+				return cuErr("cuIpcOpenMemHandle", r)
+			}
+			out[j] = uint64(p)
+			if g.ipcOpen == nil {
+				g.ipcOpen = map[int][]uint64{}
+			}
+			g.ipcOpen[dev] = append(g.ipcOpen[dev], uint64(p))
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// allGather gathers every rank's bytes (each len(mine)) through NCCL, in
+// rank order. The caller holds dev's context.
+func (g *cudaGPU) allGather(dev int, mine []byte, comm handle, world int) ([]byte, error) {
+	n := len(mine)
+	var buf C.ull
+	if r := C.m2n_cuMemAlloc(&buf, C.size_t(n*(world+1))); r != 0 {
+		return nil, cuErr("cuMemAlloc", r)
+	}
+	defer C.m2n_cuMemFree(buf)
+	if r := C.m2n_cuMemcpyHtoD(buf, unsafe.Pointer(&mine[0]), C.size_t(n)); r != 0 {
+		return nil, cuErr("cuMemcpyHtoD", r)
+	}
+	var st C.uptr
+	if r := C.m2n_cuStreamCreate(&st); r != 0 {
+		return nil, cuErr("cuStreamCreate", r)
+	}
+	defer C.m2n_cuStreamDestroy(st)
+	var ar C.ncclResult_t
+	if err := g.watched("ncclAllGather", func() C.ncclResult_t {
+		ar = C.m2n_ncclAllGather(buf, buf+C.ull(n), C.size_t(n), C.uptr(comm), st)
+		return 0
+	}); err != nil {
+		return nil, err
+	}
+	if ar != 0 && ar != ncclInProgress {
+		return nil, ncclErr("ncclAllGather", ar, comm)
+	}
+	h := handle(st)
+	g.owner[h] = dev
+	defer delete(g.owner, h)
+	if err := g.sync(h); err != nil {
+		return nil, err
+	}
+	out := make([]byte, n*world)
+	if r := C.m2n_cuMemcpyDtoH(unsafe.Pointer(&out[0]), buf+C.ull(n), C.size_t(n*world)); r != 0 {
+		return nil, cuErr("cuMemcpyDtoH", r)
+	}
+	return out, nil
+}
+
+// barrier returns once every rank of the communicator has reached it.
+func (g *cudaGPU) barrier(dev int, comm handle, world int) error {
+	return g.on(dev, func() error {
+		_, err := g.allGather(dev, []byte{1}, comm, world)
+		return err
+	})
+}
+
 // loopbackComms is how many one-rank communicators the loopback NCCL
 // transport opens (docs/native.md measures it).
-var loopbackComms = envInt("M2N_LOOPBACK_COMMS", 8)
+var loopbackComms = envInt("M2N_LOOPBACK_COMMS", 4)
 
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
@@ -526,6 +618,19 @@ var (
 
 const shortBlock, shortBlocksPer = 256, 8
 
+func (g *cudaGPU) copyOn(dst, src uint64, n int64, blocks int, st handle) error {
+	a, kernel, err := planBoxCopy(view{src, []int64{n}, []int64{0}}, view{dst, []int64{n}, []int64{0}}, []int64{n}, 1)
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(kernel, "long") || n < longRunBytes {
+		return g.copy(dst, src, n, st)
+	}
+	dev := g.owner[st]
+	grid := min(a.Runs*a.SegsPerRun, int64(blocks))
+	return g.launch(dev, kernel, int(max(grid, 1)), copyBlock, st, unsafe.Pointer(&a), unsafe.Sizeof(a), 0, 1)
+}
+
 func (g *cudaGPU) boxCopy(a *boxArgs, kernel string, st handle) error {
 	dev := g.owner[st]
 	blocks := int64(copyBlocksPer * g.sms[dev])
@@ -667,6 +772,15 @@ func (g *cudaGPU) launchGraph(x, st handle) error {
 }
 
 func (g *cudaGPU) close() error {
+	for dev, ps := range g.ipcOpen {
+		g.on(dev, func() error {
+			for _, p := range ps {
+				C.m2n_cuIpcCloseMemHandle(C.ull(p))
+			}
+			return nil
+		})
+	}
+	g.ipcOpen = nil
 	for _, c := range g.commList() {
 		C.m2n_ncclCommDestroy(c)
 	}
@@ -710,16 +824,20 @@ func New(s *ir.Schedule, opt Options) (*Executor, error) {
 	if opt.Timeout <= 0 {
 		opt.Timeout = 5 * time.Minute
 	}
+	if opt.LocalCopyBlocks == 0 {
+		opt.LocalCopyBlocks = envInt("M2N_LOCAL_COPY_BLOCKS", 0)
+	}
 	if err := s.Validate(); err != nil {
 		return nil, fmt.Errorf("schedule: %w", err)
 	}
-	if opt.Backend == NCCL && opt.Graph && opt.Transport != TransportCopy {
+	if opt.Graph && (opt.Backend == NCCL && opt.Transport != TransportCopy || opt.Transport == TransportNCCL) {
 		// On two H200s with NCCL 2.28, capturing NCCL send/recv of two GPUs
-		// in one process failed and then hung in ncclCommDestroy, and with
-		// one process per GPU the captured iteration never finished
-		// (docs/native.md); refuse rather than hang. Groups cost the host
-		// about 8 us each with one process per GPU, so graphs buy little.
-		return nil, errors.New("CUDA graphs of NCCL send/recv across GPUs are not supported (on 2 x H200 with NCCL 2.28 the capture failed in one process and hung with one process per GPU); run with --graph=false, or --transport copy in one process")
+		// in one process failed and then hung in ncclCommDestroy; with one
+		// process per GPU, and on one GPU (loopback self send/recv), the
+		// captured iteration never finished (docs/native.md). Refuse rather
+		// than hang. Groups cost the host about 8 us each with one process
+		// per GPU, so graphs buy little there.
+		return nil, errors.New("CUDA graphs of NCCL send/recv are not supported (on H200s with NCCL 2.28 the capture failed or hung); run with --graph=false, or with --transport copy")
 	}
 	devOf, peerOf := map[int32]int{}, map[int32]int{}
 	var devs []int
@@ -743,7 +861,9 @@ func New(s *ir.Schedule, opt Options) (*Executor, error) {
 			return nil, fmt.Errorf("transport %q: want %s or %s", opt.Transport, TransportNCCL, TransportCopy)
 		}
 		if opt.Transport == TransportCopy && opt.Launch != nil {
-			return nil, fmt.Errorf("%w: the copy transport over several GPUs needs one process (CUDA IPC between processes is not implemented); leave --transport out under a launcher", ErrNotSupported)
+			if err := ipcEligible(s); err != nil {
+				return nil, err
+			}
 		}
 		if opt.Launch == nil {
 			for i, r := range s.World {
@@ -778,7 +898,9 @@ func New(s *ir.Schedule, opt Options) (*Executor, error) {
 			return nil, err
 		}
 	}
-	if opt.Transport == TransportNCCL {
+	// NCCL moves the data of the nccl transport; under a launcher it also
+	// exchanges the copy transport's CUDA IPC handles.
+	if opt.Transport == TransportNCCL || opt.Backend == NCCL && opt.Launch != nil {
 		if err := g.initNCCL(opt, devs, comms); err != nil {
 			g.close()
 			return nil, err

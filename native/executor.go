@@ -44,6 +44,11 @@ type Options struct {
 	// group when transfers pipeline through several groups (waves mode):
 	// 0 chooses it from the schedule, a negative value never cuts.
 	WaveBytes int64
+	// LocalCopyBlocks, when positive, runs the contiguous local copies of
+	// waves mode (a colocated rank's own shard) on at most that many thread
+	// blocks, so they share the GPU with the NCCL kernel instead of holding
+	// every SM and memory bandwidth for their duration.
+	LocalCopyBlocks int
 }
 
 // Result is what a run measured and checked.
@@ -92,6 +97,9 @@ type gpu interface {
 	sync(st handle) error
 	copy(dst, src uint64, n int64, st handle) error
 	boxCopy(a *boxArgs, kernel string, st handle) error
+	// copyOn copies n contiguous bytes with m2n's copy kernel on at most
+	// blocks blocks, leaving the other SMs to a concurrent NCCL kernel.
+	copyOn(dst, src uint64, n int64, blocks int, st handle) error
 	fill(a *patternArgs, st handle) error
 	verify(a *patternArgs, st handle) (bad, first int64, err error)
 	// NCCL, for the waves mode.
@@ -99,6 +107,11 @@ type gpu interface {
 	groupEnd() error
 	send(src uint64, n int64, peer int, comm handle, st handle) error
 	recv(dst uint64, n int64, peer int, comm handle, st handle) error
+	// Copy transport with one process per GPU: share gives every rank this
+	// process's arena over CUDA IPC and returns each NCCL rank's arena as
+	// mapped here; barrier waits for every rank.
+	share(dev int, base uint64, comm handle, world, me int) ([]uint64, error)
+	barrier(dev int, comm handle, world int) error
 	// CUDA graphs.
 	beginCapture(st handle) error
 	endCapture(st handle) (handle, error)
@@ -138,6 +151,9 @@ type Executor struct {
 	// Bytes allocated per device, all buffers and staging only.
 	need, staging map[int]int64
 	issueTime     units.Time // of the last timed iteration
+	// ipc: the copy transport with one process per GPU; each transfer is a
+	// copy by its receiver from the sender's arena, mapped over CUDA IPC.
+	ipc bool
 }
 
 // newExecutor prepares a schedule on a device layer: maps ranks to devices,
@@ -204,6 +220,30 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 		if d, ok := devOf[int32(b.Rank)]; ok {
 			x.bufAddr[i] = x.arena[d] + next[d]
 			next[d] += uint64(align(b.Bytes))
+		}
+	}
+	x.ipc = opt.Backend == NCCL && x.opt.Transport == TransportCopy && opt.Launch != nil
+	if x.ipc {
+		// Every rank's arena holds its buffers in schedule order, as this
+		// loop lays out the local one: a peer's buffer is its arena's base
+		// plus the same offset.
+		d := x.devices[0]
+		bases, err := g.share(d, x.arena[d], comms[d][0], len(s.World), opt.Launch.Rank)
+		if err != nil {
+			x.Close()
+			return nil, fmt.Errorf("sharing buffers over CUDA IPC: %w", err)
+		}
+		base := map[int]uint64{}
+		for i, r := range s.World {
+			base[r.Rank] = bases[i]
+		}
+		off := map[int]uint64{}
+		for i := range s.Buffers {
+			b := &s.Buffers[i]
+			if _, ok := devOf[int32(b.Rank)]; !ok {
+				x.bufAddr[i] = base[b.Rank] + off[b.Rank]
+			}
+			off[b.Rank] += uint64(align(b.Bytes))
 		}
 	}
 	// Ops of remote ranks are in the program too (their levels place the
@@ -339,6 +379,9 @@ func (x *Executor) Run() (_ *Result, err error) {
 	if err := x.fill(); err != nil {
 		return nil, err
 	}
+	if err := x.barrier(); err != nil { // peers read this process's inputs
+		return nil, err
+	}
 	if err := x.iteration(); err != nil {
 		return nil, err
 	}
@@ -381,7 +424,22 @@ func (x *Executor) Run() (_ *Result, err error) {
 	if res.Verified && !again.Verified {
 		res.Verified, res.WrongElems, res.FirstWrong = false, again.WrongElems, again.FirstWrong+" (after the timed iterations)"
 	}
+	if err := x.barrier(); err != nil { // no peer reads this arena any more
+		return nil, err
+	}
 	return res, nil
+}
+
+// barrier waits for every process of an IPC run; a no-op otherwise.
+func (x *Executor) barrier() error {
+	if !x.ipc {
+		return nil
+	}
+	d := x.devices[0]
+	if err := x.syncAll(); err != nil {
+		return err
+	}
+	return x.g.barrier(d, x.comms[d][0], len(x.s.World))
 }
 
 // fill writes every input's pattern and the complement into every output,
@@ -590,6 +648,9 @@ func (x *Executor) issue(st *step) error {
 		}
 		return nil
 	case x.mode == streamsMode:
+		if !recvHere {
+			return nil // a peer process copies it
+		}
 		if err := waitOn(st.stream, st.waits); err != nil {
 			return err
 		}
@@ -644,12 +705,37 @@ func (x *Executor) issue(st *step) error {
 	return nil
 }
 
+// ipcEligible checks that a schedule can run as copies pulled across
+// processes: every send reads its rank's input (written once, before the
+// run) and waits for nothing but the sends before it to the same peer, so a
+// receiver never needs an event of another process.
+func ipcEligible(s *ir.Schedule) error {
+	for i := range int32(len(s.Ops)) {
+		op := &s.Ops[i]
+		if op.Kind != ir.Send {
+			continue
+		}
+		if s.Buffers[op.Src.Buf].Kind != ir.Input {
+			return fmt.Errorf("%w: the copy transport with one process per GPU runs schedules whose sends read inputs only; op %d (%s) sends from a %s buffer: use --transport nccl", ErrNotSupported, i, s.Route, s.Buffers[op.Src.Buf].Kind)
+		}
+		for _, d := range s.Deps(i) {
+			if dop := &s.Ops[d]; dop.Kind != ir.Send || dop.Rank != op.Rank || dop.Peer != op.Peer {
+				return fmt.Errorf("%w: the copy transport with one process per GPU runs schedules whose sends wait only for earlier sends to the same peer; op %d (%s) waits for op %d: use --transport nccl", ErrNotSupported, i, s.Route, d)
+			}
+		}
+	}
+	return nil
+}
+
 // addr is the device address of a byte range (or a box's buffer base).
 func (x *Executor) addr(r ir.Region) uint64 { return x.bufAddr[r.Buf] + uint64(r.Offset) }
 
 // local1 issues a copy, pack or unpack.
 func (x *Executor) local1(op *ir.Op, st handle) error {
 	if !op.Src.IsBox() && !op.Dst.IsBox() {
+		if x.mode == wavesMode && x.opt.LocalCopyBlocks > 0 {
+			return x.g.copyOn(x.addr(op.Dst), x.addr(op.Src), op.Src.Bytes, x.opt.LocalCopyBlocks, st)
+		}
 		return x.g.copy(x.addr(op.Dst), x.addr(op.Src), op.Src.Bytes, st)
 	}
 	a, kernel, err := x.boxArgs(op)

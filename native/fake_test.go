@@ -126,6 +126,9 @@ func (f *fakeGPU) copy(dst, src uint64, n int64, st handle) error {
 	f.enqueue(st, fakeOp{run: func() { copy(f.mem[dst:dst+uint64(n)], f.mem[src:src+uint64(n)]) }})
 	return nil
 }
+func (f *fakeGPU) copyOn(dst, src uint64, n int64, blocks int, st handle) error {
+	return f.copy(dst, src, n, st)
+}
 func (f *fakeGPU) boxCopy(a *boxArgs, kernel string, st handle) error {
 	args := *a
 	f.enqueue(st, fakeOp{run: func() { emulateBoxCopy(f.mem, args) }})
@@ -234,8 +237,10 @@ func (f *fakeGPU) recv(dst uint64, n int64, peer int, comm handle, st handle) er
 	}})
 	return nil
 }
-func (f *fakeGPU) beginCapture(handle) error         { return ErrNotSupported }
-func (f *fakeGPU) endCapture(handle) (handle, error) { return 0, ErrNotSupported }
-func (f *fakeGPU) launchGraph(handle, handle) error  { return ErrNotSupported }
-func (f *fakeGPU) close() error                      { return nil }
-func (f *fakeGPU) abort()                            {}
+func (f *fakeGPU) share(int, uint64, handle, int, int) ([]uint64, error) { return nil, ErrNotSupported }
+func (f *fakeGPU) barrier(int, handle, int) error                        { return nil }
+func (f *fakeGPU) beginCapture(handle) error                             { return ErrNotSupported }
+func (f *fakeGPU) endCapture(handle) (handle, error)                     { return 0, ErrNotSupported }
+func (f *fakeGPU) launchGraph(handle, handle) error                      { return ErrNotSupported }
+func (f *fakeGPU) close() error                                          { return nil }
+func (f *fakeGPU) abort()                                                {}

@@ -38,6 +38,10 @@ FN(CUresult, cuDevicePrimaryCtxRetain, (CUcontext*, CUdevice))
 FN(CUresult, cuDevicePrimaryCtxRelease, (CUdevice))
 FN(CUresult, cuCtxSetCurrent, (CUcontext))
 FN(CUresult, cuCtxEnablePeerAccess, (CUcontext, unsigned))
+typedef struct { char reserved[64]; } m2nIpcHandle;
+FN(CUresult, cuIpcGetMemHandle, (m2nIpcHandle*, CUdeviceptr))
+FN(CUresult, cuIpcOpenMemHandle, (CUdeviceptr*, m2nIpcHandle, unsigned))
+FN(CUresult, cuIpcCloseMemHandle, (CUdeviceptr))
 FN(CUresult, cuDeviceCanAccessPeer, (int*, CUdevice, CUdevice))
 FN(CUresult, cuCtxSynchronize, (void))
 FN(CUresult, cuMemAlloc, (CUdeviceptr*, size_t))
@@ -97,6 +101,7 @@ FN(ncclResult_t, ncclCommAbort, (ncclComm_t))
 FN(ncclResult_t, ncclCommSplit, (ncclComm_t, int, int, ncclComm_t*, m2nNcclConfig*))
 FN(ncclResult_t, ncclCommGetAsyncError, (ncclComm_t, ncclResult_t*))
 FN(ncclResult_t, ncclSend, (const void*, size_t, int, int, ncclComm_t, CUstream))
+FN(ncclResult_t, ncclAllGather, (const void*, void*, size_t, int, ncclComm_t, CUstream))
 FN(ncclResult_t, ncclRecv, (void*, size_t, int, int, ncclComm_t, CUstream))
 FN(ncclResult_t, ncclGroupStart, (void))
 FN(ncclResult_t, ncclGroupEnd, (void))
@@ -132,6 +137,9 @@ int m2n_bind_cuda(void* h, char* missing, int n) {
 	SYM(h, cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease");
 	SYM(h, cuCtxSetCurrent, "cuCtxSetCurrent");
 	SYM(h, cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess");
+	SYM(h, cuIpcGetMemHandle, "cuIpcGetMemHandle");
+	SYM(h, cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2", "cuIpcOpenMemHandle");
+	SYM(h, cuIpcCloseMemHandle, "cuIpcCloseMemHandle");
 	SYM(h, cuDeviceCanAccessPeer, "cuDeviceCanAccessPeer");
 	SYM(h, cuCtxSynchronize, "cuCtxSynchronize");
 	SYM(h, cuMemAlloc, "cuMemAlloc_v2");
@@ -191,6 +199,7 @@ int m2n_bind_nccl(void* h, char* missing, int n) {
 	SYM(h, ncclCommSplit, "ncclCommSplit");
 	SYM(h, ncclCommGetAsyncError, "ncclCommGetAsyncError");
 	SYM(h, ncclSend, "ncclSend");
+	SYM(h, ncclAllGather, "ncclAllGather");
 	SYM(h, ncclRecv, "ncclRecv");
 	SYM(h, ncclGroupStart, "ncclGroupStart");
 	SYM(h, ncclGroupEnd, "ncclGroupEnd");
@@ -216,6 +225,9 @@ CUresult m2n_cuDevicePrimaryCtxRetain(uptr* ctx, int d) { return p_cuDevicePrima
 CUresult m2n_cuDevicePrimaryCtxRelease(int d) { return p_cuDevicePrimaryCtxRelease(d); }
 CUresult m2n_cuCtxSetCurrent(uptr ctx) { return p_cuCtxSetCurrent((CUcontext)ctx); }
 CUresult m2n_cuCtxEnablePeerAccess(uptr peer) { return p_cuCtxEnablePeerAccess((CUcontext)peer, 0); }
+CUresult m2n_cuIpcGetMemHandle(char* out, ull p) { m2nIpcHandle h; CUresult r = p_cuIpcGetMemHandle(&h, (CUdeviceptr)p); memcpy(out, h.reserved, 64); return r; }
+CUresult m2n_cuIpcOpenMemHandle(ull* p, const char* in) { m2nIpcHandle h; memcpy(h.reserved, in, 64); return p_cuIpcOpenMemHandle((CUdeviceptr*)p, h, 1); } // CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
+CUresult m2n_cuIpcCloseMemHandle(ull p) { return p_cuIpcCloseMemHandle((CUdeviceptr)p); }
 CUresult m2n_cuDeviceCanAccessPeer(int* can, int d, int peer) { return p_cuDeviceCanAccessPeer(can, d, peer); }
 CUresult m2n_cuCtxSynchronize(void) { return p_cuCtxSynchronize(); }
 CUresult m2n_cuMemAlloc(ull* p, size_t n) { return p_cuMemAlloc((CUdeviceptr*)p, n); }
@@ -288,6 +300,7 @@ ncclResult_t m2n_ncclCommInitAll(uptr* comms, int n, const int* devs) { return p
 ncclResult_t m2n_ncclCommDestroy(uptr c) { return p_ncclCommDestroy((ncclComm_t)c); }
 ncclResult_t m2n_ncclCommAbort(uptr c) { return p_ncclCommAbort((ncclComm_t)c); }
 ncclResult_t m2n_ncclCommGetAsyncError(uptr c, int* st) { return p_ncclCommGetAsyncError((ncclComm_t)c, st); }
+ncclResult_t m2n_ncclAllGather(ull send, ull recv, size_t n, uptr c, uptr s) { return p_ncclAllGather((const void*)send, (void*)recv, n, 1, (ncclComm_t)c, (CUstream)s); }
 ncclResult_t m2n_ncclSend(ull buf, size_t n, int peer, uptr c, uptr s) { return p_ncclSend((const void*)buf, n, 1, peer, (ncclComm_t)c, (CUstream)s); }
 ncclResult_t m2n_ncclRecv(ull buf, size_t n, int peer, uptr c, uptr s) { return p_ncclRecv((void*)buf, n, 1, peer, (ncclComm_t)c, (CUstream)s); }
 ncclResult_t m2n_ncclGroupStart(void) { return p_ncclGroupStart(); }

@@ -142,7 +142,7 @@ func compile(s *ir.Schedule, dev func(rank int32) int, lanes int, m mode, waveBy
 	}
 	// Issue order: a topological order of the graph with each send/recv
 	// pair as one node (issued when both ends are ready), lowest ID first.
-	order, _, err := issueOrder(s)
+	order, err := issueOrder(s)
 	if err != nil {
 		return nil, err
 	}
@@ -233,8 +233,26 @@ func compile(s *ir.Schedule, dev func(rank int32) int, lanes int, m mode, waveBy
 			locals[groups.of[i]] = append(locals[groups.of[i]], i)
 		}
 	}
+	// Local ops that no transfer waits for, even through other local ops
+	// (the colocated copies, the last unpacks), are issued after their
+	// bucket's group: a copy kernel launched first takes every SM, and the
+	// group's NCCL kernel then waits for it to finish (paper-2gpu: 0.90 ms
+	// with the copies first, docs/native.md).
+	feeds := make([]bool, n)
+	for i := n - 1; i >= 0; i-- {
+		if k := s.Ops[i].Kind; k == ir.Send || k == ir.Recv || feeds[i] {
+			for _, d := range s.Deps(i) {
+				feeds[d] = true
+			}
+		}
+	}
 	for g := 0; g <= groups.count; g++ {
+		var sinks []int32
 		for _, i := range locals[g] {
+			if !feeds[i] && g < groups.count && len(byGroup[g]) > 0 {
+				sinks = append(sinks, i)
+				continue
+			}
 			p.steps = append(p.steps, emit(i))
 		}
 		if g == groups.count || len(byGroup[g]) == 0 {
@@ -258,6 +276,9 @@ func compile(s *ir.Schedule, dev func(rank int32) int, lanes int, m mode, waveBy
 			p.steps = append(p.steps, st)
 		}
 		p.steps = append(p.steps, step{kind: stepGroupEnd, record: -1, rrecord: -1})
+		for _, i := range sinks {
+			p.steps = append(p.steps, emit(i))
+		}
 	}
 	return p, nil
 }
@@ -427,9 +448,8 @@ func rep(s *ir.Schedule, i int32) int32 {
 }
 
 // issueOrder returns the schedule's nodes (local ops, and the send of each
-// transfer) in a topological order, smallest ID first among the ready, and
-// each node's level (the longest chain of dependencies before it).
-func issueOrder(s *ir.Schedule) ([]int32, []int32, error) {
+// transfer) in a topological order, smallest ID first among the ready.
+func issueOrder(s *ir.Schedule) ([]int32, error) {
 	n := int32(len(s.Ops))
 	indeg := make([]int32, n)
 	succ := make([][]int32, n)
@@ -438,13 +458,12 @@ func issueOrder(s *ir.Schedule) ([]int32, []int32, error) {
 		for _, d := range s.Deps(i) {
 			rd := rep(s, d)
 			if rd == r {
-				return nil, nil, fmt.Errorf("op %d depends on its own transfer", i)
+				return nil, fmt.Errorf("op %d depends on its own transfer", i)
 			}
 			succ[rd] = append(succ[rd], r)
 			indeg[r]++
 		}
 	}
-	level := make([]int32, n)
 	h := &int32Heap{}
 	for i := range n {
 		if rep(s, i) == i && indeg[i] == 0 {
@@ -456,7 +475,6 @@ func issueOrder(s *ir.Schedule) ([]int32, []int32, error) {
 		i := heap.Pop(h).(int32)
 		order = append(order, i)
 		for _, j := range succ[i] {
-			level[j] = max(level[j], level[i]+1)
 			if indeg[j]--; indeg[j] == 0 {
 				heap.Push(h, j)
 			}
@@ -469,14 +487,9 @@ func issueOrder(s *ir.Schedule) ([]int32, []int32, error) {
 		}
 	}
 	if len(order) != nodes {
-		return nil, nil, fmt.Errorf("the schedule has a dependency cycle through a send/recv pair")
+		return nil, fmt.Errorf("the schedule has a dependency cycle through a send/recv pair")
 	}
-	for i := range n {
-		if r := rep(s, i); r != i {
-			level[i] = level[r]
-		}
-	}
-	return order, level, nil
+	return order, nil
 }
 
 type int32Heap []int32

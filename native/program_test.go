@@ -1,6 +1,7 @@
 package native
 
 import (
+	"errors"
 	"math/rand/v2"
 	"testing"
 
@@ -17,7 +18,7 @@ func TestGroupsRespectDependencies(t *testing.T) {
 	rng := rand.New(rand.NewPCG(41, 42))
 	for i := range 200 {
 		s := randomSchedule(t, rng)
-		order, _, err := issueOrder(s)
+		order, err := issueOrder(s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -111,7 +112,7 @@ func TestGroupsPipelineForwarding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	order, _, err := issueOrder(s)
+	order, err := issueOrder(s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,5 +135,22 @@ func TestGroupsPipelineForwarding(t *testing.T) {
 	auto := assignGroups(s, order, 0)
 	if auto.count < 2 || auto.count > 4 {
 		t.Errorf("auto: %d groups (cap %d bytes), want 2-4 for 4 MiB through two stages", auto.count, auto.capBytes)
+	}
+}
+
+// The copy transport across processes takes schedules whose sends read
+// inputs and wait only for earlier sends to the same peer.
+func TestIPCEligible(t *testing.T) {
+	for _, tc := range []struct {
+		route string
+		ok    bool
+	}{{plan.Flat, true}, {plan.Hierarchical, true}, {plan.AGBcast, false}, {plan.NemoLegacy, false}} {
+		err := ipcEligible(twoGPUSchedule(t, tc.route, 4))
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: got %v, want eligible %v", tc.route, err, tc.ok)
+		}
+		if err != nil && !errors.Is(err, ErrNotSupported) {
+			t.Errorf("%s: %v is not ErrNotSupported", tc.route, err)
+		}
 	}
 }

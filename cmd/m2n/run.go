@@ -76,6 +76,17 @@ func runJSON(ev *evaluate.Record, backend string, iters int, res *native.Result,
 	return rec
 }
 
+// runOnGPU prepares, runs and releases one schedule on the GPUs; tests
+// replace it to exercise the command without a GPU.
+var runOnGPU = func(s *ir.Schedule, opt native.Options) (*native.Result, error) {
+	x, err := native.New(s, opt)
+	if err != nil {
+		return nil, err
+	}
+	defer x.Close()
+	return x.Run()
+}
+
 func runRun(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "run", "[flags] [SCENARIO]",
 		`Run every route's schedule on GPUs through CUDA and NCCL: fill the sources
@@ -93,7 +104,7 @@ process per GPU under torchrun, srun or mpirun.`)
 	device := fs.Int("device", 0, "loopback: the GPU to run on")
 	iters := fs.Int("iters", 5, "timed iterations")
 	warmup := fs.Int("warmup", 2, "untimed iterations first")
-	graph := fs.Bool("graph", true, "replay each iteration as a CUDA graph (no host launch gaps); with --backend nccl only with --transport copy")
+	graph := fs.Bool("graph", true, "replay each iteration as a CUDA graph (no host launch gaps); copy transport only")
 	waveBytes := fs.String("wave-bytes", "", "NCCL groups: the most bytes one ordered pair carries in a group when transfers pipeline through several (default: chosen from the schedule; \"none\": never cut)")
 	lanes := fs.Int("lanes", 4, "streams per GPU for local ops and copies")
 	timeout := fs.Duration("timeout", 5*time.Minute, "nccl: give up on a peer or an operation after this long")
@@ -124,21 +135,20 @@ process per GPU under torchrun, srun or mpirun.`)
 	}
 	opt := native.Options{Backend: *backend, Transport: *transport, Device: *device, Iters: *iters, Warmup: *warmup,
 		Graph: *graph, Lanes: *lanes, Timeout: *timeout, WaveBytes: wb}
+	// CUDA graphs of NCCL send/recv failed or hung (docs/native.md): off by
+	// default with the nccl transport, refused when asked for.
+	if *transport == native.TransportNCCL || *backend == native.NCCL && *transport != native.TransportCopy {
+		if graphSet && *graph {
+			return usagef("--graph with the nccl transport: CUDA graphs of NCCL send/recv are not supported (docs/native.md); leave --graph out, or use --transport copy")
+		}
+		opt.Graph = false
+	}
 	if *backend == native.NCCL {
 		l, err := native.DetectLaunchEnv()
 		if err != nil {
 			return err
 		}
 		opt.Launch = l
-		// CUDA graphs of NCCL send/recv across GPUs failed or hung
-		// (docs/native.md): off by default with the nccl transport,
-		// refused when asked for.
-		if *transport != native.TransportCopy {
-			if graphSet && *graph {
-				return usagef("--graph with --backend nccl: CUDA graphs of NCCL send/recv across GPUs are not supported (docs/native.md); leave --graph out, or use --transport copy in one process")
-			}
-			opt.Graph = false
-		}
 		if l != nil && l.Rank != 0 {
 			// One process per GPU: rank 0 prints; the others report errors only.
 			e = &env{stdout: io.Discard, stderr: e.stderr}
@@ -192,7 +202,9 @@ process per GPU under torchrun, srun or mpirun.`)
 		if errors.Is(err, native.ErrNotSupported) {
 			return fmt.Errorf("m2n run needs a GPU build (linux, cgo) and the CUDA driver: %w", err)
 		}
-		if err == nil {
+		if err != nil {
+			res = nil // a run that failed measured nothing
+		} else {
 			var model evaluate.Record // the GPU ran: model the same schedule
 			if model, _, err = evaluate.Schedule(s, tp, eopt); err != nil {
 				err = fmt.Errorf("modeling the run: %w", err)
@@ -256,20 +268,6 @@ process per GPU under torchrun, srun or mpirun.`)
 		return fmt.Errorf("%d of %d runs could not run or be modeled", errs, len(jobs))
 	}
 	return nil
-}
-
-// runOnGPU runs a schedule on the GPU executor.
-func runOnGPU(s *ir.Schedule, opt native.Options) (*native.Result, error) {
-	x, err := native.New(s, opt)
-	if err != nil {
-		return nil, err
-	}
-	defer x.Close()
-	res, err := x.Run()
-	if err != nil {
-		return nil, err
-	}
-	return res, nil
 }
 
 func runTopo(_ context.Context, e *env, args []string) error {

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/m2n-project/m2n/native"
+	"github.com/m2n-project/m2n/plan/ir"
+)
+
+// A lost peer ends `m2n run --backend nccl` after one timeout: the routes
+// left would wait for the same peer, each its own --timeout.
+func TestRunStopsAfterLostPeer(t *testing.T) {
+	calls := 0
+	defer func(f func(*ir.Schedule, native.Options) (*native.Result, error)) { runOnGPU = f }(runOnGPU)
+	runOnGPU = func(*ir.Schedule, native.Options) (*native.Result, error) {
+		calls++
+		return nil, fmt.Errorf("%w: the NCCL communicator of 2 ranks did not form within 10s", native.ErrTimeout)
+	}
+	_, stderr, code := run(t, "run", "--backend", "nccl", "--timeout", "10s", "paper-2gpu")
+	if calls != 1 {
+		t.Errorf("the executor ran %d times, want 1 (paper-2gpu has 4 routes)", calls)
+	}
+	if code == 0 || !strings.Contains(stderr, "stopping") || strings.Count(stderr, "did not form") != 1 {
+		t.Errorf("exit %d, stderr:\n%s\nwant a non-zero exit, one timeout and the reason for stopping", code, stderr)
+	}
+	// Any other failure goes on with the next route.
+	calls = 0
+	runOnGPU = func(*ir.Schedule, native.Options) (*native.Result, error) {
+		calls++
+		return nil, fmt.Errorf("the schedule needs 900 GiB on GPU 0")
+	}
+	if _, _, code := run(t, "run", "--backend", "nccl", "paper-2gpu"); calls != 4 || code == 0 {
+		t.Errorf("ran %d routes (exit %d), want all 4 and a non-zero exit", calls, code)
+	}
+}
