@@ -1,0 +1,97 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/m2n-project/m2n/model/units"
+	"github.com/m2n-project/m2n/native"
+	"github.com/m2n-project/m2n/plan/ir"
+)
+
+// fakeGPU replaces the executor with one that reports a verified run of
+// 1 ms, and restores it at the end of the test.
+func fakeGPU(t *testing.T) {
+	t.Helper()
+	saved := runOnGPU
+	t.Cleanup(func() { runOnGPU = saved })
+	runOnGPU = func(s *ir.Schedule, _ native.Options) (*native.Result, error) {
+		return &native.Result{Times: []units.Time{units.Millisecond}, Verified: true, CheckedBytes: 1, Device: "fake", Mode: "fake", Ops: len(s.Ops)}, nil
+	}
+}
+
+type runJSONOut struct {
+	Records []struct {
+		Route    string  `json:"route"`
+		Measured float64 `json:"measured_s"`
+		Modeled  float64 `json:"modeled_s"`
+		SOL      float64 `json:"sol_s"`
+		Error    string  `json:"error"`
+	} `json:"records"`
+}
+
+// m2n run models the schedule it ran as m2n sim does: the same simulated
+// time and SOL.
+func TestRunModelsAsSim(t *testing.T) {
+	fakeGPU(t)
+	stdout, stderr, code := run(t, "run", "--json", "--backend", "nccl", "--route", "flat,hierarchical", "paper-2gpu")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var got runJSONOut
+	if err := json.Unmarshal([]byte(stdout), &got); err != nil {
+		t.Fatal(err)
+	}
+	simOut, _, _ := run(t, "sim", "--json", "--route", "flat,hierarchical", "paper-2gpu")
+	var want struct {
+		Records []struct {
+			Modeled float64 `json:"modeled_s"`
+			SOL     float64 `json:"sol_s"`
+		} `json:"records"`
+	}
+	if err := json.Unmarshal([]byte(simOut), &want); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Records) != 2 || len(want.Records) != 2 {
+		t.Fatalf("%d run records, %d sim records", len(got.Records), len(want.Records))
+	}
+	for i, r := range got.Records {
+		if r.Modeled != want.Records[i].Modeled || r.SOL != want.Records[i].SOL || r.Modeled <= 0 || r.Measured != 1e-3 || r.Error != "" {
+			t.Errorf("%s: modeled %v sol %v measured %v error %q; m2n sim: modeled %v sol %v", r.Route, r.Modeled, r.SOL, r.Measured, r.Error, want.Records[i].Modeled, want.Records[i].SOL)
+		}
+	}
+}
+
+// A run whose schedule has no SOL bound (a route m2n does not know, read
+// from a file) keeps its measurement, says why it has no model, and fails.
+func TestRunModelError(t *testing.T) {
+	fakeGPU(t)
+	path := filepath.Join(t.TempDir(), "s.json")
+	if _, stderr, code := run(t, "plan", "--ir", path, "--route", "flat", "testdata/scenarios/uneven.toml"); code != 0 {
+		t.Fatalf("plan --ir: exit %d: %s", code, stderr)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data = []byte(strings.Replace(string(data), `"route":"flat"`, `"route":"teleport"`, 1))
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := run(t, "run", "--json", "--backend", "nccl", "--ir", path, "--topology", "hgx-h200")
+	var got runJSONOut
+	if err := json.Unmarshal([]byte(stdout), &got); err != nil {
+		t.Fatalf("%v: %s", err, stdout)
+	}
+	if code != exitError || len(got.Records) != 1 || got.Records[0].Measured != 1e-3 || got.Records[0].Modeled != 0 ||
+		!strings.Contains(got.Records[0].Error, `modeling the run: SOL bound: unknown route "teleport"`) || !strings.Contains(stderr, "could not run or be modeled") {
+		t.Errorf("exit %d, records %+v, stderr:\n%s", code, got.Records, stderr)
+	}
+	// The same schedule in m2n sim is an error, not a zero SOL.
+	if _, stderr, code := run(t, "sim", "--ir", path, "--topology", "hgx-h200"); code != exitError || !strings.Contains(stderr, "SOL bound") {
+		t.Errorf("m2n sim: exit %d: %s", code, stderr)
+	}
+}
