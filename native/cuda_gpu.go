@@ -824,8 +824,8 @@ func New(s *ir.Schedule, opt Options) (*Executor, error) {
 	if opt.Timeout <= 0 {
 		opt.Timeout = 5 * time.Minute
 	}
-	if opt.LocalCopyBlocks == 0 {
-		opt.LocalCopyBlocks = envInt("M2N_LOCAL_COPY_BLOCKS", 0)
+	if v, err := strconv.Atoi(os.Getenv("M2N_LOCAL_COPY_BLOCKS")); err == nil && opt.LocalCopyBlocks == 0 {
+		opt.LocalCopyBlocks = v // to measure: -1 is a whole-GPU device copy
 	}
 	if err := s.Validate(); err != nil {
 		return nil, fmt.Errorf("schedule: %w", err)
@@ -1061,7 +1061,7 @@ func depsWithinRanks(s *ir.Schedule) error {
 	for i := range int32(len(s.Ops)) {
 		for _, d := range s.Deps(i) {
 			if s.Ops[d].Rank != s.Ops[i].Rank {
-				return fmt.Errorf("%w: op %d on rank %d depends on op %d on rank %d, which one process per rank cannot express", ErrNotSupported, i, s.Ops[i].Rank, d, s.Ops[d].Rank)
+				return fmt.Errorf("%w: op %d on rank %d depends on op %d on rank %d, which one process per rank cannot express", ErrScheduleNotSupported, i, s.Ops[i].Rank, d, s.Ops[d].Rank)
 			}
 		}
 	}

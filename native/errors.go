@@ -10,6 +10,11 @@ import (
 // cgo, or a platform other than Linux. Tests skip on it.
 var ErrNotSupported = errors.New("native: not supported in this build (needs linux and cgo)")
 
+// ErrScheduleNotSupported is returned when a schedule needs what the chosen
+// backend or transport cannot do (dependencies across processes, say); the
+// same schedule may run in another mode.
+var ErrScheduleNotSupported = errors.New("native: the schedule is not supported in this mode")
+
 // ErrNoDevice is returned when the CUDA driver loads but finds no GPU.
 var ErrNoDevice = errors.New("native: no CUDA device")
 

@@ -44,10 +44,12 @@ type Options struct {
 	// group when transfers pipeline through several groups (waves mode):
 	// 0 chooses it from the schedule, a negative value never cuts.
 	WaveBytes int64
-	// LocalCopyBlocks, when positive, runs the contiguous local copies of
-	// waves mode (a colocated rank's own shard) on at most that many thread
-	// blocks, so they share the GPU with the NCCL kernel instead of holding
-	// every SM and memory bandwidth for their duration.
+	// LocalCopyBlocks is how many thread blocks at most the contiguous
+	// local copies of waves mode (a colocated rank's own shard) run on, so
+	// they share the GPU with the NCCL kernel instead of holding every SM
+	// and most of the memory bandwidth while it runs: 0 means 16 (measured
+	// best of 16, 64 and a whole-GPU copy on paper-2gpu, docs/native.md), a
+	// negative value a whole-GPU device copy.
 	LocalCopyBlocks int
 }
 
@@ -164,6 +166,9 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 	}
 	if opt.Iters <= 0 {
 		opt.Iters = 5
+	}
+	if opt.LocalCopyBlocks == 0 {
+		opt.LocalCopyBlocks = 16
 	}
 	x := &Executor{s: s, g: g, opt: opt, devOf: devOf, peerOf: peerOf, comms: comms,
 		arena: map[int]uint64{}, origin: map[int]handle{}, startEv: map[int]handle{}}
@@ -716,11 +721,11 @@ func ipcEligible(s *ir.Schedule) error {
 			continue
 		}
 		if s.Buffers[op.Src.Buf].Kind != ir.Input {
-			return fmt.Errorf("%w: the copy transport with one process per GPU runs schedules whose sends read inputs only; op %d (%s) sends from a %s buffer: use --transport nccl", ErrNotSupported, i, s.Route, s.Buffers[op.Src.Buf].Kind)
+			return fmt.Errorf("%w: the copy transport with one process per GPU runs schedules whose sends read inputs only; op %d (%s) sends from a %s buffer: use --transport nccl", ErrScheduleNotSupported, i, s.Route, s.Buffers[op.Src.Buf].Kind)
 		}
 		for _, d := range s.Deps(i) {
 			if dop := &s.Ops[d]; dop.Kind != ir.Send || dop.Rank != op.Rank || dop.Peer != op.Peer {
-				return fmt.Errorf("%w: the copy transport with one process per GPU runs schedules whose sends wait only for earlier sends to the same peer; op %d (%s) waits for op %d: use --transport nccl", ErrNotSupported, i, s.Route, d)
+				return fmt.Errorf("%w: the copy transport with one process per GPU runs schedules whose sends wait only for earlier sends to the same peer; op %d (%s) waits for op %d: use --transport nccl", ErrScheduleNotSupported, i, s.Route, d)
 			}
 		}
 	}
@@ -733,7 +738,7 @@ func (x *Executor) addr(r ir.Region) uint64 { return x.bufAddr[r.Buf] + uint64(r
 // local1 issues a copy, pack or unpack.
 func (x *Executor) local1(op *ir.Op, st handle) error {
 	if !op.Src.IsBox() && !op.Dst.IsBox() {
-		if x.mode == wavesMode && x.opt.LocalCopyBlocks > 0 {
+		if x.mode == wavesMode && x.opt.LocalCopyBlocks >= 0 {
 			return x.g.copyOn(x.addr(op.Dst), x.addr(op.Src), op.Src.Bytes, x.opt.LocalCopyBlocks, st)
 		}
 		return x.g.copy(x.addr(op.Dst), x.addr(op.Src), op.Src.Bytes, st)

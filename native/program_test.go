@@ -149,8 +149,8 @@ func TestIPCEligible(t *testing.T) {
 		if (err == nil) != tc.ok {
 			t.Errorf("%s: got %v, want eligible %v", tc.route, err, tc.ok)
 		}
-		if err != nil && !errors.Is(err, ErrNotSupported) {
-			t.Errorf("%s: %v is not ErrNotSupported", tc.route, err)
+		if err != nil && !errors.Is(err, ErrScheduleNotSupported) {
+			t.Errorf("%s: %v is not ErrScheduleNotSupported", tc.route, err)
 		}
 	}
 }
