@@ -129,6 +129,9 @@ func TestRoutesDeliverExactBytes(t *testing.T) {
 			if err != nil {
 				t.Fatalf("case %d %s: %v\nsrc %v\ndst %v", i, route, err, src, dst)
 			}
+			if err := s.CheckRankLocal(); err != nil {
+				t.Fatalf("case %d %s: %v", i, route, err)
+			}
 			res, err := hostexec.Run(s, hostexec.Options{Seed: uint64(i)})
 			if err != nil {
 				t.Fatalf("case %d %s: %v", i, route, err)

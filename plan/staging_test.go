@@ -73,6 +73,9 @@ func checkCapped(t *testing.T, desc string, rng *rand.Rand, tensors []ir.Tensor,
 	if err != nil {
 		t.Fatalf("%s: %v", desc, err)
 	}
+	if err := s.CheckRankLocal(); err != nil {
+		t.Fatalf("%s: %v", desc, err)
+	}
 	res, err := hostexec.Run(s, hostexec.Options{Seed: rng.Uint64()})
 	if err != nil {
 		t.Fatalf("%s: %v", desc, err)

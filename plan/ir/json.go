@@ -244,6 +244,9 @@ func fromJSON(sj *scheduleJSON, version int) (*Schedule, error) {
 			return nil, fmt.Errorf("buffers[%d]: tensor and box go together", i)
 		}
 		if b.Tensor != nil {
+			if *b.Tensor < 0 || *b.Tensor >= len(sj.Tensors) {
+				return nil, fmt.Errorf("buffers[%d].tensor = %d: not an index of tensors (0 to %d)", i, *b.Tensor, len(sj.Tensors)-1)
+			}
 			buf.Tensor = *b.Tensor
 			buf.Box = layout.Box{Start: b.Box.Start, Size: b.Box.Size}
 		}

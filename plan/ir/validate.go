@@ -421,3 +421,22 @@ type span struct {
 func sortSpans(sp []span) {
 	slices.SortFunc(sp, func(a, b span) int { return cmp.Compare(a.lo, b.lo) })
 }
+
+// CheckRankLocal reports the first dependency that a one-process-per-rank
+// executor cannot wait on from the op's own rank: one on an op of another
+// rank, unless that op is a send or recv whose matching op is on the op's
+// rank (the transfer completes both at once). Validate allows any
+// dependency; every route m2n builds passes this check too.
+func (s *Schedule) CheckRankLocal() error {
+	for i := range s.Ops {
+		op := &s.Ops[i]
+		for _, d := range s.Deps(int32(i)) {
+			o := &s.Ops[d]
+			if o.Rank == op.Rank || ((o.Kind == Send || o.Kind == Recv) && s.Ops[o.Match].Rank == op.Rank) {
+				continue
+			}
+			return fmt.Errorf("op %d (%s on rank %d): depends on op %d (%s on rank %d), another rank's", i, op.Kind, op.Rank, d, o.Kind, o.Rank)
+		}
+	}
+	return nil
+}

@@ -71,19 +71,19 @@ func TestValidateRejects(t *testing.T) {
 				}
 			}
 			panic("no pack")
-		}, "where"},
+		}, "belong (buffer"},
 		{"output byte never written", plan.Flat, func(s *ir.Schedule) {
 			i := firstOp(s, ir.Unpack)
 			s.Ops[i].Kind = ir.Pack // now reads a box and writes staging; nothing writes that output box
 			s.Ops[i].Src, s.Ops[i].Dst = s.Ops[i].Dst, s.Ops[i].Src
-		}, ""},
+		}, "are never written"},
 		{"output written twice", plan.Hierarchical, func(s *ir.Schedule) {
 			i := firstOp(s, ir.Unpack)
 			s.AddOp(s.Ops[i], s.Deps(int32(i))...)
 		}, "also writes"},
 		{"send size differs", plan.Flat, func(s *ir.Schedule) {
 			s.Ops[firstOp(s, ir.Send)].Src.Bytes -= 4
-		}, "moves"},
+		}, "but its match"},
 		{"bad match", plan.Flat, func(s *ir.Schedule) {
 			i := firstOp(s, ir.Send)
 			s.Ops[i].Match = int32(i)
@@ -97,15 +97,9 @@ func TestValidateRejects(t *testing.T) {
 			s.Ops[i].Src.Offset = 1 << 40
 		}, "outside buffer"},
 		{"writes an input", plan.Flat, func(s *ir.Schedule) {
-			i := firstOp(s, ir.Recv)
-			for b := range s.Buffers {
-				if s.Buffers[b].Kind == ir.Input && s.Buffers[b].Rank == int(s.Ops[i].Rank) {
-					s.Ops[i].Dst.Buf = int32(b)
-					return
-				}
-			}
-			s.Ops[i].Dst.Buf = -1
-		}, ""},
+			i := firstOp(s, ir.Pack) // its source is its rank's input; make it the destination too
+			s.Ops[i].Dst = ir.Region{Buf: s.Ops[i].Src.Buf, Bytes: s.Ops[i].Dst.Bytes}
+		}, "writes input buffer"},
 		{"staging too small", plan.Hierarchical, func(s *ir.Schedule) {
 			for b := range s.Buffers {
 				if s.Buffers[b].Kind == ir.Staging && !s.Buffers[b].Placed() {
