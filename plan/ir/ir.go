@@ -121,15 +121,15 @@ const (
 // arena buffers, so arena buffers whose ranges overlap share memory; any
 // other buffer is an allocation of its own.
 type Buffer struct {
-	ID     int
-	Rank   int
-	Kind   BufferKind
-	Bytes  int64
-	Tensor int        // the tensor index of a placed buffer; -1 when unplaced
-	Box    layout.Box // the global box of a placed buffer
+	ID      int
+	Rank    int
+	Kind    BufferKind
+	InArena bool // staging only: in the rank's staging arena, at ArenaOffset
+	Bytes   int64
+	Tensor  int        // the tensor index of a placed buffer; -1 when unplaced
+	Box     layout.Box // the global box of a placed buffer
 
-	InArena     bool  // staging only: in the rank's staging arena, at ArenaOffset
-	ArenaOffset int64 // the buffer's first byte in the arena
+	ArenaOffset int64 // with InArena: the buffer's first byte in the arena
 }
 
 // Placed reports whether the buffer holds a box of a tensor.
