@@ -78,6 +78,23 @@ func BenchmarkBuildBatch(b *testing.B) {
 	}
 }
 
+// BenchmarkBuildBatchCapped is BenchmarkBuildBatch's agbcast and
+// nemo-legacy under a 64 MiB staging cap (a tensor's placed copy is 8 MiB):
+// placed copies reused across tensors, every reuse validated.
+func BenchmarkBuildBatchCapped(b *testing.B) {
+	tensors := batchTensors(1000)
+	for _, route := range []string{AGBcast, NemoLegacy} {
+		b.Run(route, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Build(tensors, nvl72(4), Options{Route: route, StagingCapBytes: 64 << 20}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 func batchTensors(n int) []ir.Tensor {
 	shape := []int64{4096, 1024}
 	src := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{16, 8}, Ranks: layout.RankRange(0, 128)}, Placements: []layout.Placement{layout.R, layout.S(0)}}

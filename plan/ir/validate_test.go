@@ -3,6 +3,9 @@ package ir_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -27,6 +30,35 @@ func small(t testing.TB, route string) *ir.Schedule {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// smallCapped is small's tensor twice (so placed copies can be reused
+// across tensors) under a staging cap of half what it stages per rank
+// uncapped, or the least the route takes.
+func smallCapped(t testing.TB, route string) *ir.Schedule {
+	w := small(t, route).Tensors[0]
+	tensors := []ir.Tensor{w, {Name: "w2", Src: w.Src, Dst: w.Dst}}
+	tp, _ := topo.Preset("hgx-h200")
+	tp.GPUsPerDomain, tp.Domains = 4, 3
+	opt := plan.Options{Route: route, ChunkBytes: 128}
+	s, err := plan.Build(tensors, tp, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.StagingCapBytes = s.Stats().MaxStaging / 2
+	c, err := plan.Build(tensors, tp, opt)
+	var ce *plan.StagingCapError
+	if errors.As(err, &ce) {
+		opt.StagingCapBytes = ce.Need
+		c, err = plan.Build(tensors, tp, opt)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Stats().MaxStaging >= s.Stats().MaxStaging {
+		t.Fatalf("%s: capped staging %d, uncapped %d", route, c.Stats().MaxStaging, s.Stats().MaxStaging)
+	}
+	return c
 }
 
 // clone deep-copies a schedule through JSON.
@@ -222,6 +254,20 @@ func TestDecodeErrors(t *testing.T) {
 func FuzzDecode(f *testing.F) {
 	for _, r := range plan.Routes {
 		b, _ := json.Marshal(small(f, r))
+		f.Add(b)
+	}
+	// Capped schedules (version 2, staging reused) and the hand-written
+	// documents.
+	for _, r := range []string{plan.Hierarchical, plan.AGBcast} {
+		b, _ := json.Marshal(smallCapped(f, r))
+		f.Add(b)
+	}
+	docs, _ := filepath.Glob("testdata/*.json")
+	for _, d := range docs {
+		b, err := os.ReadFile(d)
+		if err != nil {
+			f.Fatal(err)
+		}
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
