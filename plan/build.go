@@ -31,6 +31,10 @@ const DefaultChunkBytes = 4 << 20
 type Options struct {
 	Route      string // one of Routes
 	ChunkBytes int64  // 0 means DefaultChunkBytes
+	// StagingCapBytes bounds the staging memory of each rank (each GPU):
+	// staging is reused once consumed, at the cost of more ordering. 0
+	// means unlimited (every staging byte written once).
+	StagingCapBytes int64
 }
 
 // Build plans a schedule that moves every tensor from its source layout to
@@ -42,6 +46,9 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 	}
 	if opt.ChunkBytes < 0 {
 		return nil, fmt.Errorf("chunk size %d: must be positive", opt.ChunkBytes)
+	}
+	if opt.StagingCapBytes < 0 {
+		return nil, fmt.Errorf("staging cap %d: must be positive, or 0 for none", opt.StagingCapBytes)
 	}
 	known := false
 	for _, r := range Routes {
@@ -77,11 +84,16 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 		case Flat:
 			b.flat(ti)
 		case AGBcast:
-			b.agbcast(ti)
+			b.wave(ti, b.agbcast)
 		case Hierarchical:
 			b.hierarchical(ti)
 		case NemoLegacy:
-			b.legacy(ti)
+			b.wave(ti, b.legacy)
+		}
+	}
+	if b.cap != nil {
+		if err := b.capErr(); err != nil {
+			return nil, err
 		}
 	}
 	s := b.finish()
@@ -111,6 +123,7 @@ type builder struct {
 	led             map[string]int // hierarchical: leaders chosen per replica group of a domain
 	bcastRoots      rootOrder      // agbcast: broadcast roots in order of appearance
 
+	cap     *capper         // nil when staging is not capped
 	roots   []int           // nemo-legacy's broadcast roots, computed on first use
 	boxes   layout.BoxArena // backing store for boxes
 	scratch []int32
@@ -164,7 +177,12 @@ func (b *builder) intersect(x, y layout.Box) (layout.Box, bool) {
 }
 
 func newBuilder(tp *topo.Topology, opt Options) *builder {
+	var c *capper
+	if opt.StagingCapBytes > 0 {
+		c = newCapper(opt.StagingCapBytes)
+	}
 	return &builder{
+		cap:    c,
 		s:      &ir.Schedule{Route: opt.Route, ChunkBytes: opt.ChunkBytes},
 		tp:     tp,
 		inputs: map[tr]int32{}, outputs: map[tr]int32{}, staging: map[int]int32{},
@@ -191,6 +209,9 @@ func (b *builder) elem(ti int) int64 { return b.s.Tensors[ti].Src.DType.Size() }
 func (b *builder) placed(kind ir.BufferKind, ti, rank int, box layout.Box) int32 {
 	id := int32(len(b.s.Buffers))
 	b.s.Buffers = append(b.s.Buffers, ir.Buffer{ID: int(id), Rank: rank, Kind: kind, Tensor: ti, Box: box.Clone(), Bytes: box.Elems() * b.elem(ti)})
+	if buf := &b.s.Buffers[id]; kind == ir.Staging && b.cap != nil {
+		buf.InArena, buf.ArenaOffset = true, b.cap.take(rank, buf.Bytes, true)
+	}
 	return id
 }
 
@@ -224,8 +245,11 @@ func (b *builder) alloc(rank int, n int64) ir.Region {
 	id, ok := b.staging[rank]
 	if !ok {
 		id = int32(len(b.s.Buffers))
-		b.s.Buffers = append(b.s.Buffers, ir.Buffer{ID: int(id), Rank: rank, Kind: ir.Staging, Tensor: -1})
+		b.s.Buffers = append(b.s.Buffers, ir.Buffer{ID: int(id), Rank: rank, Kind: ir.Staging, Tensor: -1, InArena: b.cap != nil})
 		b.staging[rank] = id
+	}
+	if b.cap != nil { // placed in the arena when the wave ends
+		return ir.Region{Buf: id, Offset: b.cap.take(rank, n, false), Bytes: n}
 	}
 	buf := &b.s.Buffers[id]
 	r := ir.Region{Buf: id, Offset: buf.Bytes, Bytes: n}

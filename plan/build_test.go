@@ -93,6 +93,23 @@ func BenchmarkBuildBatch(b *testing.B) {
 	}
 }
 
+// BenchmarkBuildBatchCapped is BenchmarkBuildBatch's agbcast and
+// nemo-legacy under a 64 MiB staging cap (a tensor's placed copy is 8 MiB):
+// placed copies reused across tensors, every reuse validated.
+func BenchmarkBuildBatchCapped(b *testing.B) {
+	tensors := batchTensors(1000)
+	for _, route := range []string{AGBcast, NemoLegacy} {
+		b.Run(route, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Build(tensors, nvl72(4), Options{Route: route, StagingCapBytes: 64 << 20}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 func batchTensors(n int) []ir.Tensor {
 	shape := []int64{4096, 1024}
 	src := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{16, 8}, Ranks: layout.RankRange(0, 128)}, Placements: []layout.Placement{layout.R, layout.S(0)}}
@@ -143,6 +160,9 @@ func TestRoutesDeliverExactBytes(t *testing.T) {
 			s, err := Build(tensors, tp, Options{Route: route, ChunkBytes: chunk})
 			if err != nil {
 				t.Fatalf("case %d %s: %v\nsrc %v\ndst %v", i, route, err, src, dst)
+			}
+			if err := s.CheckRankLocal(); err != nil {
+				t.Fatalf("case %d %s: %v", i, route, err)
 			}
 			res, err := hostexec.Run(s, hostexec.Options{Seed: uint64(i)})
 			if err != nil {

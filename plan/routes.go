@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -272,29 +273,41 @@ func rankKey(ranks []int, idx []int) string {
 // each delivery's supplier sends chunk r, and a rank that received chunks at
 // hop depth k forwards chunk r-k. Ops then appear in the order data can
 // flow, so the per-pair and per-rank lanes, which run in that order, never
-// hold a ready chunk behind one still k hops away.
+// hold a ready chunk behind one still k hops away. Under a staging cap, the
+// chunks go in waves whose staging fits (deliverCapped).
 func (b *builder) deliver(ti int, ds []delivery) {
-	cache := map[packKey]packed{}
-	// holding is where a rank of a delivery's path has a chunk, and the op
-	// (or -1) that put it there.
-	type holding struct {
-		region ir.Region
-		dep    int32
+	paths := b.paths(ds)
+	if b.cap != nil {
+		b.deliverCapped(ti, ds, paths)
+		return
 	}
-	type path struct {
-		node  map[int]int // rank -> node index: 0 the leader, i+1 hop i's receiver
-		depth []int       // per node: transfers from the supplier to it
-		held  [][]holding // per chunk, per node
-	}
+	b.deliverChunks(ti, ds, paths, nil, nil, nil)
+}
+
+// holding is where a rank of a delivery's path has a chunk, and the op (or
+// -1) that put it there.
+type holding struct {
+	region ir.Region
+	dep    int32
+}
+
+// path is a delivery's ranks as a tree from its leader.
+type path struct {
+	node    map[int]int // rank -> node index: 0 the leader, i+1 hop i's receiver
+	depth   []int       // per node: transfers from the supplier to it
+	deepest int
+	held    [][]holding // per chunk, per node
+}
+
+func (b *builder) paths(ds []delivery) []path {
 	paths := make([]path, len(ds))
-	total := 0
 	for i := range ds {
 		d := &ds[i]
 		p := path{node: map[int]int{d.leader: 0}, depth: make([]int, len(d.hops)+1)}
 		if !d.local {
 			p.depth[0] = 1
 		}
-		deepest := p.depth[0]
+		p.deepest = p.depth[0]
 		for h, hp := range d.hops {
 			from, ok := p.node[hp.from]
 			if !ok {
@@ -302,32 +315,55 @@ func (b *builder) deliver(ti int, ds []delivery) {
 			}
 			p.node[hp.to] = h + 1
 			p.depth[h+1] = p.depth[from] + 1
-			deepest = max(deepest, p.depth[h+1])
+			p.deepest = max(p.deepest, p.depth[h+1])
 		}
 		p.held = make([][]holding, len(d.chunks))
 		paths[i] = p
-		total = max(total, len(d.chunks)+deepest)
+	}
+	return paths
+}
+
+// deliverChunks adds the rounds of the chunks [lo[i], hi[i]) of the
+// deliveries act (nil: every chunk of every delivery).
+func (b *builder) deliverChunks(ti int, ds []delivery, paths []path, act, lo, hi []int) {
+	cache := map[packKey]packed{}
+	n := len(ds)
+	if act != nil {
+		n = len(act)
+	}
+	at := func(k int) (i, first, last int) {
+		if act == nil {
+			return k, 0, len(ds[k].chunks)
+		}
+		i = act[k]
+		return i, lo[i], hi[i]
+	}
+	total := 0
+	for k := range n {
+		i, first, last := at(k)
+		total = max(total, last-first+paths[i].deepest)
 	}
 	for r := range total {
-		for i := range ds {
+		for k := range n {
+			i, first, last := at(k)
 			d, p := &ds[i], &paths[i]
-			if r < len(d.chunks) {
-				g := d.chunks[r]
-				p.held[r] = make([]holding, len(d.hops)+1)
-				src, dep := b.sendable(ti, d.src, g, packKey{d.src, d.j, r}, cache)
+			if c := first + r; c < last {
+				g := d.chunks[c]
+				p.held[c] = make([]holding, len(d.hops)+1)
+				src, dep := b.sendable(ti, d.src, g, packKey{d.src, d.j, c}, cache)
 				if d.local {
-					p.held[r][0] = holding{src, dep}
+					p.held[c][0] = holding{src, dep}
 				} else {
 					dst, direct := b.landing(ti, d.leader, g)
 					_, recv := b.xfer(d.src, d.leader, src, dst, b.dep(dep), nil)
 					b.land(ti, d.leader, g, dst, direct, recv)
-					p.held[r][0] = holding{dst, recv}
+					p.held[c][0] = holding{dst, recv}
 				}
 			}
 			for h, hp := range d.hops {
 				from := p.node[hp.from]
-				c := r - p.depth[from]
-				if c < 0 || c >= len(d.chunks) {
+				c := first + r - p.depth[from]
+				if c < first || c >= last {
 					continue
 				}
 				g, at := d.chunks[c], p.held[c][from]
@@ -338,6 +374,112 @@ func (b *builder) deliver(ti int, ds []delivery) {
 			}
 		}
 	}
+}
+
+// deliverCapped delivers in waves: it takes the chunks in the order the
+// rounds send them (chunk 0 of every delivery, then chunk 1, ...) and
+// closes a wave before the chunk whose staging (a pack at the supplier,
+// a landing at each rank that receives it strided) would overflow the cap
+// on some rank. A wave holds every reader of its staging, so the next one
+// can reuse it.
+func (b *builder) deliverCapped(ti int, ds []delivery, paths []path) {
+	r := b.regions[ti]
+	elem := b.elem(ti)
+	limit := b.cap.limit
+	contig := func(box layout.Box, g layout.Box) bool {
+		count, _ := g.Runs(box.Size)
+		return count == 1
+	}
+	strided := func(rank int, g layout.Box) bool { // lands strided in rank's output
+		k, _ := r.DstSlotOf(rank)
+		return !contig(r.DstSlots[k].Box, g)
+	}
+	lo, hi := make([]int, len(ds)), make([]int, len(ds))
+	var act []int
+	used := map[int]int64{}
+	packs := map[packKey]bool{}
+	type need struct {
+		rank int
+		n    int64
+	}
+	var needs []need
+	flush := func() {
+		if len(act) == 0 {
+			return
+		}
+		slices.Sort(act)
+		b.waveBegin()
+		b.deliverChunks(ti, ds, paths, act, lo, hi)
+		b.waveEnd(ti, true)
+		for _, i := range act {
+			lo[i], hi[i] = 0, 0
+		}
+		act = act[:0]
+		clear(used)
+		clear(packs)
+	}
+	// needsOf lists the staging chunk c of delivery i takes, per rank.
+	needsOf := func(i, c int) {
+		d := &ds[i]
+		g := d.chunks[c]
+		n := g.Elems() * elem
+		needs = needs[:0]
+		if key := (packKey{d.src, d.j, c}); !packs[key] && !contig(r.SrcSlots[r.SrcSlotOf(d.src)].Box, g) {
+			needs = append(needs, need{d.src, n})
+		}
+		if !d.local && strided(d.leader, g) {
+			needs = append(needs, need{d.leader, n})
+		}
+		for _, hp := range d.hops {
+			if strided(hp.to, g) {
+				needs = append(needs, need{hp.to, n})
+			}
+		}
+	}
+	fits := func() (bool, need) {
+		for k, nd := range needs {
+			sum := nd.n
+			for _, o := range needs[:k] {
+				if o.rank == nd.rank {
+					sum += o.n
+				}
+			}
+			if used[nd.rank]+sum > limit {
+				return false, need{nd.rank, sum}
+			}
+		}
+		return true, need{}
+	}
+	most := 0
+	for i := range ds {
+		most = max(most, len(ds[i].chunks))
+	}
+	for c := range most {
+		for i := range ds {
+			d := &ds[i]
+			if c >= len(d.chunks) {
+				continue
+			}
+			needsOf(i, c)
+			if ok, _ := fits(); !ok {
+				flush()
+				needsOf(i, c)
+				if ok, worst := fits(); !ok {
+					b.cap.failed(capFailure{need: worst.n, rank: worst.rank, tensor: ti, chunk: true})
+				}
+			}
+			for _, nd := range needs {
+				used[nd.rank] += nd.n
+			}
+			packs[packKey{d.src, d.j, c}] = true
+			if hi[i] == lo[i] {
+				lo[i] = c
+				act = append(act, i)
+			}
+			hi[i] = c + 1
+		}
+	}
+	flush()
 }
 
 // agbcast is the legacy path: gather the whole tensor at a root of the

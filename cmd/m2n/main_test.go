@@ -43,6 +43,9 @@ func TestGolden(t *testing.T) {
 		{"plan-ir-needs-one", []string{"plan", "--ir", "x.json", "paper-ffn-moe"}},
 		{"plan-unknown-route", []string{"plan", "--route", "teleport", "paper-ffn-moe"}},
 		{"plan-bad-chunk", []string{"plan", "--chunk", "0 B", "paper-ffn-moe"}},
+		{"plan-bad-staging-cap", []string{"plan", "--staging-cap", "lots", "paper-ffn-moe"}},
+		{"plan-staging-cap-check", []string{"plan", "--check", "--staging-cap", "64 KiB", "testdata/scenarios/workload-tiny.toml"}},
+		{"sim-staging-cap", []string{"sim", "--staging-cap", "64 KiB", "testdata/scenarios/workload-tiny.toml"}},
 		{"plan-bad-point", []string{"plan", "--point", "rho=3", "paper-ffn-moe"}},
 		{"verify-missing", []string{"verify", "testdata/nope.json"}},
 		{"sim-paper", []string{"sim", "paper-ffn-moe"}},
@@ -96,7 +99,7 @@ func TestIRRoundTrip(t *testing.T) {
 	data, _ := os.ReadFile(path)
 	bad := filepath.Join(t.TempDir(), "v9.json")
 	os.WriteFile(bad, []byte(strings.Replace(string(data), `"version":1`, `"version":9`, 1)), 0o644)
-	if _, stderr, code := run(t, "verify", bad); code != 1 || !strings.Contains(stderr, "version 9, but this m2n reads version 1") {
+	if _, stderr, code := run(t, "verify", bad); code != 1 || !strings.Contains(stderr, "version 9, but this m2n reads versions 1 to 2") {
 		t.Fatalf("verify of version 9: exit %d: %s", code, stderr)
 	}
 }

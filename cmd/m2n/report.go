@@ -164,6 +164,9 @@ func buildReport(sc *scenario.Scenario, recs []evaluate.Record, ideal bool, sel 
 	if sel.chunk != "" {
 		flags = append(flags, fmt.Sprintf("--chunk %q", sel.chunk))
 	}
+	if sel.stagingCap != "" {
+		flags = append(flags, fmt.Sprintf("--staging-cap %q", sel.stagingCap))
+	}
 	if sel.scale != 1 {
 		flags = append(flags, fmt.Sprintf("--scale %g", sel.scale))
 		rep.Notes = append(rep.Notes, fmt.Sprintf("Tensors scaled down (--scale %g: dim 0 of every tensor multiplied by %g, rounded up), so the reference measurements, made at full size, are not shown.", sel.scale, sel.scale))

@@ -11,12 +11,13 @@ import (
 )
 
 // selection is the flags that pick what to plan: routes, sweep points,
-// chunk size and a scale-down factor, shared by plan, sim and run.
+// chunk size, staging cap and a scale-down factor, shared by plan, sim and run.
 type selection struct {
-	routes string
-	points multiFlag
-	chunk  string
-	scale  float64
+	routes     string
+	points     multiFlag
+	chunk      string
+	stagingCap string
+	scale      float64
 }
 
 type multiFlag []string
@@ -28,6 +29,7 @@ func (sel *selection) register(fs *flags) {
 	fs.StringVar(&sel.routes, "route", "", "routes to plan, comma-separated (default: the scenario's, else all of "+strings.Join(plan.Routes, ", ")+")")
 	fs.Var(&sel.points, "point", "only sweep points with this coordinate, as name=value (repeatable)")
 	fs.StringVar(&sel.chunk, "chunk", "", "pipelining chunk size, e.g. \"4 MiB\" (default: the scenario's, else 4 MiB)")
+	fs.StringVar(&sel.stagingCap, "staging-cap", "", "staging memory per GPU a schedule may use, e.g. \"2 GiB\"; staging is reused once consumed (default: 0, no cap)")
 	fs.Float64Var(&sel.scale, "scale", 1, "shrink dim 0 of every tensor by this factor in (0, 1], to fit small machines")
 }
 
@@ -120,7 +122,13 @@ func (sel *selection) planOptions(p *scenario.Point, route string) (plan.Options
 	if err != nil {
 		return plan.Options{}, err
 	}
-	return plan.Options{Route: route, ChunkBytes: chunk}, nil
+	var stagingCap units.Bytes
+	if sel.stagingCap != "" {
+		if stagingCap, err = units.ParseBytes(sel.stagingCap); err != nil {
+			return plan.Options{}, usagef("--staging-cap %q: want a size such as \"2 GiB\", or 0 for no cap", sel.stagingCap)
+		}
+	}
+	return plan.Options{Route: route, ChunkBytes: chunk, StagingCapBytes: int64(stagingCap)}, nil
 }
 
 // build plans one route at one point.

@@ -35,6 +35,9 @@ type Result struct {
 	Bytes      int64  // output bytes checked
 	Wrong      int64  // output bytes that differ from the expected pattern
 	FirstWrong string // where the first wrong byte is, when Wrong > 0
+	// PeakStaging is the most staging memory one rank held: its staging
+	// arena (arena buffers share it) plus its other staging buffers.
+	PeakStaging int64
 }
 
 // Pattern is the value of element g (its row-major index in the global
@@ -72,17 +75,44 @@ func Run(s *ir.Schedule, opt Options) (*Result, error) {
 	if opt.MaxBytes == 0 {
 		opt.MaxBytes = DefaultMaxBytes
 	}
+	staging := s.StagingByRank()
 	var total int64
 	for i := range s.Buffers {
-		total += s.Buffers[i].Bytes
+		if s.Buffers[i].Kind != ir.Staging {
+			total += s.Buffers[i].Bytes
+		}
+	}
+	for _, n := range staging {
+		total += n
 	}
 	if total > opt.MaxBytes {
 		return nil, fmt.Errorf("the schedule's buffers need %s, more than the host executor's limit of %s; shrink the tensors (m2n's --scale)",
 			units.Bytes(total).Human(), units.Bytes(opt.MaxBytes).Human())
 	}
 	e := &executor{s: s, bufs: make([][]byte, len(s.Buffers))}
+	// One staging arena per rank, as large as its buffers reach; its buffers
+	// are views of it.
+	size := map[int]int64{}
+	for i := range s.Buffers {
+		if b := &s.Buffers[i]; b.InArena {
+			size[b.Rank] = max(size[b.Rank], b.ArenaOffset+b.Bytes)
+		}
+	}
+	arenas := map[int][]byte{}
+	held := map[int]int64{} // staging bytes allocated per rank
+	for r, n := range size {
+		arenas[r] = make([]byte, n)
+		held[r] += n
+	}
 	for i := range s.Buffers {
 		b := &s.Buffers[i]
+		if b.InArena {
+			e.bufs[i] = arenas[b.Rank][b.ArenaOffset : b.ArenaOffset+b.Bytes : b.ArenaOffset+b.Bytes]
+			continue
+		}
+		if b.Kind == ir.Staging {
+			held[b.Rank] += b.Bytes
+		}
 		e.bufs[i] = make([]byte, b.Bytes)
 		if b.Placed() && b.Kind != ir.Staging {
 			t := &s.Tensors[b.Tensor]
@@ -93,6 +123,9 @@ func Run(s *ir.Schedule, opt Options) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{Ops: len(s.Ops)}
+	for _, n := range held {
+		res.PeakStaging = max(res.PeakStaging, n)
+	}
 	for i := range s.Buffers {
 		b := &s.Buffers[i]
 		if b.Kind != ir.Output {

@@ -1,7 +1,9 @@
 package ir
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/m2n-project/m2n/model/layout"
@@ -16,15 +18,37 @@ type seg struct {
 
 func (v *validator) segBytes(g seg) int64 { return g.box.Elems() * v.s.Elem(g.tensor) }
 
-// dataflow checks, op by op in ID order, where every byte comes from.
+// dataflow checks, op by op in a topological order, where every byte comes
+// from.
+//
+// Inputs, outputs and staging that no op writes twice are static: all their
+// writes are known up front as sorted spans. Staging in an arena, and
+// staging whose writes overlap, is dynamic: each space (a rank's arena, or
+// one buffer) keeps the generation of every byte (the op that wrote it last,
+// through which buffer, and the ops that read it since), and a new writer
+// must happen after every op that read or wrote the generation it replaces.
 func (v *validator) dataflow() error {
 	s := v.s
-	// Collect every write as byte spans of its buffer: count them first, so
-	// each buffer's list is carved from one allocation.
+	v.spaceOf = make([]int32, len(s.Buffers))
+	arenas := map[int]int32{} // rank -> its arena's space
+	for i := range s.Buffers {
+		v.spaceOf[i] = -1
+		if b := &s.Buffers[i]; b.InArena {
+			sp, ok := arenas[b.Rank]
+			if !ok {
+				sp = int32(len(v.spaces))
+				v.spaces = append(v.spaces, space{})
+				arenas[b.Rank] = sp
+			}
+			v.spaceOf[i] = sp
+		}
+	}
+	// Collect every static write as byte spans of its buffer: count them
+	// first, so each buffer's list is carved from one allocation.
 	count := make([]int, len(s.Buffers)+1)
 	for i := range int32(len(s.Ops)) {
 		op := &s.Ops[i]
-		if op.Kind == Send {
+		if op.Kind == Send || v.spaceOf[op.Dst.Buf] >= 0 {
 			continue
 		}
 		v.runs(&s.Buffers[op.Dst.Buf], op.Dst, func(lo, hi int64) { count[op.Dst.Buf+1]++ })
@@ -39,7 +63,7 @@ func (v *validator) dataflow() error {
 	}
 	for i := range int32(len(s.Ops)) {
 		op := &s.Ops[i]
-		if op.Kind == Send {
+		if op.Kind == Send || v.spaceOf[op.Dst.Buf] >= 0 {
 			continue
 		}
 		b := &s.Buffers[op.Dst.Buf]
@@ -52,6 +76,12 @@ func (v *validator) dataflow() error {
 		b := &s.Buffers[bi]
 		for k := 1; k < len(ws); k++ {
 			if ws[k].lo < ws[k-1].hi {
+				if b.Kind == Staging { // rewritten: track its generations
+					v.spaceOf[bi] = int32(len(v.spaces))
+					v.spaces = append(v.spaces, space{})
+					writes[bi] = nil
+					break
+				}
 				return v.opErr(ws[k].op, "writes bytes [%d, %d) of buffer %d (%s, rank %d) that op %d also writes",
 					ws[k].lo, min(ws[k].hi, ws[k-1].hi), bi, b.Kind, b.Rank, ws[k-1].op)
 			}
@@ -72,7 +102,11 @@ func (v *validator) dataflow() error {
 	v.writes = writes
 	v.content = map[int32][]seg{}
 	v.stamp = make([]int32, len(s.Ops))
-	for i := range int32(len(s.Ops)) {
+	if len(v.spaces) > 0 {
+		v.memo = make([]int32, len(s.Ops))
+		v.seen = make([]int32, len(s.Ops))
+	}
+	step := func(i int32) error {
 		op := &s.Ops[i]
 		switch op.Kind {
 		case Copy, Pack, Unpack:
@@ -80,13 +114,8 @@ func (v *validator) dataflow() error {
 			if err != nil {
 				return err
 			}
-			if err := v.write(i, op.Dst, c); err != nil {
-				return err
-			}
+			return v.write(i, op.Dst, c)
 		case Send, Recv:
-			if op.Match > i {
-				continue // the transfer is checked at its later op
-			}
 			snd, rcv := op.Match, i
 			if op.Kind == Send {
 				snd, rcv = i, op.Match
@@ -95,12 +124,201 @@ func (v *validator) dataflow() error {
 			if err != nil {
 				return err
 			}
-			if err := v.write(rcv, s.Ops[rcv].Dst, c); err != nil {
-				return err
+			return v.write(rcv, s.Ops[rcv].Dst, c)
+		}
+		return nil
+	}
+	// Visit the nodes of the graph with each send/recv pair merged (a
+	// transfer at its smaller ID) in topological order: the ID order when it
+	// is one, else the order acyclic found.
+	if v.order == nil {
+		for i := range int32(len(s.Ops)) {
+			if v.node[i] == i {
+				if err := step(i); err != nil {
+					return err
+				}
 			}
+		}
+		return nil
+	}
+	seq := make([]int32, 0, len(s.Ops))
+	for i := range int32(len(s.Ops)) {
+		if v.node[i] == i {
+			seq = append(seq, i)
+		}
+	}
+	slices.SortFunc(seq, func(a, b int32) int { return cmp.Compare(v.order[a], v.order[b]) })
+	for _, i := range seq {
+		if err := step(i); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// space is the memory of a rank's staging arena, or of one staging buffer
+// written more than once: the generation of every written byte, sorted.
+type space struct{ gens []gen }
+
+// gen is a run of bytes of a space as its last writer left them.
+type gen struct {
+	lo, hi int64  // the bytes, in the space
+	org    int64  // where the writer's region starts in the space
+	w      int32  // the writer
+	buf    int32  // the buffer it wrote through
+	rd     []read // the reads of these bytes since
+}
+
+// read is an op that read the bytes [lo, hi) of a space.
+type read struct {
+	lo, hi int64
+	x      int32
+}
+
+// within returns the reads of rd that touch [lo, hi), in a new slice.
+func within(rd []read, lo, hi int64) []read {
+	var out []read
+	for _, r := range rd {
+		if r.lo < hi && r.hi > lo {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// base is where a buffer's byte 0 lies in its space.
+func (v *validator) base(buf int32) int64 {
+	if b := &v.s.Buffers[buf]; b.InArena {
+		return b.ArenaOffset
+	}
+	return 0
+}
+
+// span returns the bytes of a region's buffer from its first to its last
+// (for a byte range, the range).
+func (v *validator) span(r Region) (lo, hi int64) {
+	if !r.IsBox() {
+		return r.Offset, r.Offset + r.Bytes
+	}
+	b := &v.s.Buffers[r.Buf]
+	box, elem := v.s.Box(r), v.s.Elem(b.Tensor)
+	var first, last int64
+	for d, n := range b.Box.Size {
+		first = first*n + box.Start[d]
+		last = last*n + box.Start[d] + box.Size[d] - 1
+	}
+	return first * elem, (last + 1) * elem
+}
+
+// checkOverwrite checks that every op that read or wrote the current
+// contents of bytes [a, z) of buffer buf happens before op w.
+func (v *validator) checkOverwrite(w, buf int32, a, z int64) error {
+	sp := &v.spaces[v.spaceOf[buf]]
+	base := v.base(buf)
+	gs := sp.gens
+	k := sort.Search(len(gs), func(i int) bool { return gs[i].hi > a+base })
+	for ; k < len(gs) && gs[k].lo < z+base; k++ {
+		g := &gs[k]
+		checked := false
+		for _, rd := range g.rd {
+			if rd.lo >= z+base || rd.hi <= a+base {
+				continue
+			}
+			x := rd.x
+			if x == w {
+				return v.opErr(w, "reads and writes bytes [%d, %d) of buffer %d", max(a+base, rd.lo)-base, min(z+base, rd.hi)-base, buf)
+			}
+			if v.memo[x] != w+1 {
+				if !v.before(x, w) {
+					o := &v.s.Ops[x]
+					return v.opErr(w, "overwrites bytes [%d, %d) of buffer %d (staging, rank %d) that op %d (%s on rank %d) reads, which does not happen before it",
+						max(a+base, rd.lo)-base, min(z+base, rd.hi)-base, buf, v.s.Buffers[buf].Rank, x, o.Kind, o.Rank)
+				}
+				v.memo[x] = w + 1
+			}
+			checked = true // and so g.w happens before w too
+		}
+		if !checked && !v.before(g.w, w) {
+			o := &v.s.Ops[g.w]
+			return v.opErr(w, "overwrites bytes [%d, %d) of buffer %d (staging, rank %d) that op %d (%s on rank %d) writes, which does not happen before it",
+				max(a+base, g.lo)-base, min(z+base, g.hi)-base, buf, v.s.Buffers[buf].Rank, g.w, o.Kind, o.Rank)
+		}
+	}
+	return nil
+}
+
+// overwrite records that op w wrote bytes [a, z) of buffer buf, whose
+// region starts at byte org.
+func (v *validator) overwrite(w, buf int32, a, z, org int64) {
+	sp := &v.spaces[v.spaceOf[buf]]
+	base := v.base(buf)
+	a, z, org = a+base, z+base, org+base
+	gs := sp.gens
+	k0 := sort.Search(len(gs), func(i int) bool { return gs[i].hi > a })
+	k1 := k0
+	for k1 < len(gs) && gs[k1].lo < z {
+		k1++
+	}
+	var repl [3]gen
+	n := 0
+	if k0 < k1 && gs[k0].lo < a {
+		l := gs[k0]
+		l.hi, l.rd = a, within(l.rd, l.lo, a)
+		repl[n], n = l, n+1
+	}
+	repl[n], n = gen{lo: a, hi: z, org: org, w: w, buf: buf}, n+1
+	if k0 < k1 && gs[k1-1].hi > z {
+		r := gs[k1-1]
+		r.lo, r.rd = z, within(r.rd, z, r.hi)
+		repl[n], n = r, n+1
+	}
+	sp.gens = slices.Replace(gs, k0, k1, repl[:n]...)
+}
+
+// checkGens checks that the bytes [lo, hi) of buffer buf hold contents op
+// x may read: written through buf, by ops that happen before x.
+func (v *validator) checkGens(x, buf int32, lo, hi int64) error {
+	base := v.base(buf)
+	gs := v.spaces[v.spaceOf[buf]].gens
+	k := sort.Search(len(gs), func(i int) bool { return gs[i].hi > lo+base })
+	at := lo + base
+	for ; k < len(gs) && gs[k].lo < hi+base; k++ {
+		g := &gs[k]
+		if g.lo > at {
+			break
+		}
+		if g.buf != buf {
+			return v.opErr(x, "reads bytes [%d, %d) of buffer %d that op %d last wrote through buffer %d", max(at, g.lo)-base, min(hi+base, g.hi)-base, buf, g.w, g.buf)
+		}
+		if v.seen[g.w] != x+1 {
+			if !v.before(g.w, x) {
+				w := &v.s.Ops[g.w]
+				return v.opErr(x, "reads bytes [%d, %d) of buffer %d written by op %d (%s on rank %d), which does not happen before it", max(at, g.lo)-base, min(hi+base, g.hi)-base, buf, g.w, w.Kind, w.Rank)
+			}
+			v.seen[g.w] = x + 1
+		}
+		at = g.hi
+	}
+	if at < hi+base {
+		return v.opErr(x, "reads bytes [%d, %d) of buffer %d that nothing writes", at-base, hi, buf)
+	}
+	return nil
+}
+
+// noteRead records that op x read the bytes [lo, hi) of buffer buf.
+func (v *validator) noteRead(x, buf int32, lo, hi int64) {
+	base := v.base(buf)
+	gs := v.spaces[v.spaceOf[buf]].gens
+	k := sort.Search(len(gs), func(i int) bool { return gs[i].hi > lo+base })
+	for ; k < len(gs) && gs[k].lo < hi+base; k++ {
+		g := &gs[k]
+		a, z := max(lo+base, g.lo), min(hi+base, g.hi)
+		if n := len(g.rd); n > 0 && g.rd[n-1].x == x && g.rd[n-1].hi >= a {
+			g.rd[n-1].hi = max(g.rd[n-1].hi, z)
+		} else {
+			g.rd = append(g.rd, read{a, z, x})
+		}
+	}
 }
 
 // runs calls f with the byte spans a region covers in its buffer.
@@ -184,7 +402,28 @@ func (v *validator) rangeBox(b layout.Box, start, n int64) (layout.Box, bool) {
 func (v *validator) read(op int32, r Region) ([]seg, error) {
 	s := v.s
 	b := &s.Buffers[r.Buf]
-	if b.Kind != Input {
+	dyn := v.spaceOf[r.Buf] >= 0
+	if dyn {
+		// Check the span from the box's first byte to its last at once, and
+		// only when that fails (a hole written by no op, or not yet), run by
+		// run. For reuse, the op uses the whole span.
+		lo, hi := v.span(r)
+		if err := v.checkGens(op, r.Buf, lo, hi); err != nil {
+			if !r.IsBox() {
+				return nil, err
+			}
+			var err2 error
+			v.runs(b, r, func(a, z int64) {
+				if err2 == nil {
+					err2 = v.checkGens(op, r.Buf, a, z)
+				}
+			})
+			if err2 != nil {
+				return nil, err2
+			}
+		}
+		v.noteRead(op, r.Buf, lo, hi)
+	} else if b.Kind != Input {
 		// Every byte read must be written, by ops that happen before op. A
 		// strided box has many runs: when the writes cover the span from its
 		// first to its last byte without a gap, and all happen before op,
@@ -221,33 +460,55 @@ func (v *validator) read(op int32, r Region) ([]seg, error) {
 		return v.one[:], nil
 	}
 	// Unplaced staging: the content its writers left.
-	ws := v.writes[r.Buf]
 	lo, hi := r.Offset, r.Offset+r.Bytes
-	k := sort.Search(len(ws), func(i int) bool { return ws[i].hi > lo })
 	var out []seg
-	for ; k < len(ws) && ws[k].lo < hi; k++ {
-		w := ws[k]
-		pos := w.lo // byte offset of the current segment of w
-		for _, g := range v.content[w.op] {
-			n := v.segBytes(g)
-			a, z := max(pos, lo), min(pos+n, hi)
-			if a < z {
-				if a == pos && z == pos+n {
-					out = append(out, g)
-				} else {
-					elem := s.Elem(g.tensor)
-					if (a-pos)%elem != 0 || (z-a)%elem != 0 {
-						return nil, v.opErr(op, "reads bytes [%d, %d) of buffer %d, splitting an element", lo, hi, r.Buf)
-					}
-					sub, ok := v.rangeBox(g.box, (a-pos)/elem, (z-a)/elem)
-					if !ok {
-						return nil, v.opErr(op, "reads bytes [%d, %d) of buffer %d, which cut %s's box %v into a non-box", lo, hi, r.Buf, s.Tensors[g.tensor].Name, g.box)
-					}
-					out = append(out, seg{g.tensor, sub})
-				}
+	if dyn {
+		base := v.base(r.Buf)
+		gs := v.spaces[v.spaceOf[r.Buf]].gens
+		k := sort.Search(len(gs), func(i int) bool { return gs[i].hi > lo+base })
+		for ; k < len(gs) && gs[k].lo < hi+base; k++ {
+			g := &gs[k]
+			var err error
+			if out, err = v.cut(op, r, out, v.content[g.w], g.org-base, max(lo, g.lo-base), min(hi, g.hi-base)); err != nil {
+				return nil, err
 			}
-			pos += n
 		}
+		return out, nil
+	}
+	ws := v.writes[r.Buf]
+	k := sort.Search(len(ws), func(i int) bool { return ws[i].hi > lo })
+	for ; k < len(ws) && ws[k].lo < hi; k++ {
+		var err error
+		if out, err = v.cut(op, r, out, v.content[ws[k].op], ws[k].lo, lo, hi); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// cut appends to out the part of content c, which starts at byte pos, that
+// lies in the bytes [lo, hi) that op reads of region r.
+func (v *validator) cut(op int32, r Region, out, c []seg, pos, lo, hi int64) ([]seg, error) {
+	s := v.s
+	for _, g := range c {
+		n := v.segBytes(g)
+		a, z := max(pos, lo), min(pos+n, hi)
+		if a < z {
+			if a == pos && z == pos+n {
+				out = append(out, g)
+			} else {
+				elem := s.Elem(g.tensor)
+				if (a-pos)%elem != 0 || (z-a)%elem != 0 {
+					return nil, v.opErr(op, "reads bytes [%d, %d) of buffer %d, splitting an element", r.Offset, r.Offset+r.Bytes, r.Buf)
+				}
+				sub, ok := v.rangeBox(g.box, (a-pos)/elem, (z-a)/elem)
+				if !ok {
+					return nil, v.opErr(op, "reads bytes [%d, %d) of buffer %d, which cut %s's box %v into a non-box", r.Offset, r.Offset+r.Bytes, r.Buf, s.Tensors[g.tensor].Name, g.box)
+				}
+				out = append(out, seg{g.tensor, sub})
+			}
+		}
+		pos += n
 	}
 	return out, nil
 }
@@ -263,6 +524,18 @@ func (v *validator) write(op int32, r Region, c []seg) error {
 	}
 	if total != r.Bytes {
 		return v.opErr(op, "writes %d bytes of content into a region of %d", total, r.Bytes)
+	}
+	if v.spaceOf[r.Buf] >= 0 {
+		var err error
+		v.runs(b, r, func(a, z int64) {
+			if err == nil {
+				err = v.checkOverwrite(op, r.Buf, a, z)
+			}
+		})
+		if err != nil {
+			return err
+		}
+		v.runs(b, r, func(a, z int64) { v.overwrite(op, r.Buf, a, z, r.Offset) })
 	}
 	if !b.Placed() {
 		v.content[op] = append([]seg(nil), c...)

@@ -15,9 +15,16 @@ import (
 
 // Format and Version identify the JSON encoding. A reader rejects other
 // formats and versions.
+//
+// Version 2 added [Buffer.InArena] (the JSON field arena_offset): staging
+// buffers of a rank may share memory. A schedule none of whose buffers is in
+// an arena is written as version 1, byte for byte as before; readers accept
+// both.
 const (
 	Format  = "m2n.schedule"
-	Version = 1
+	Version = 2
+	// MinVersion is the oldest version a reader accepts.
+	MinVersion = 1
 )
 
 // Schedule is a complete reshard plan.
@@ -96,7 +103,8 @@ const (
 	// every byte is written exactly once, with the right source byte.
 	Output
 	// Staging is scratch space for packed chunks, received data, and
-	// gathered tensors. Each byte is written at most once.
+	// gathered tensors. A byte may be written again once every op that
+	// read or wrote its previous contents happens before the new writer.
 	Staging
 )
 
@@ -107,13 +115,21 @@ const (
 // one tensor in row-major order: its byte at offset o is the element of
 // Box at row-major position o / element size. An unplaced staging buffer is
 // raw bytes.
+//
+// A staging buffer InArena lives at ArenaOffset in its rank's staging
+// arena, one allocation per rank of the largest ArenaOffset+Bytes of its
+// arena buffers, so arena buffers whose ranges overlap share memory; any
+// other buffer is an allocation of its own.
 type Buffer struct {
-	ID     int
-	Rank   int
-	Kind   BufferKind
-	Bytes  int64
-	Tensor int        // the tensor index of a placed buffer; -1 when unplaced
-	Box    layout.Box // the global box of a placed buffer
+	ID      int
+	Rank    int
+	Kind    BufferKind
+	InArena bool // staging only: in the rank's staging arena, at ArenaOffset
+	Bytes   int64
+	Tensor  int        // the tensor index of a placed buffer; -1 when unplaced
+	Box     layout.Box // the global box of a placed buffer
+
+	ArenaOffset int64 // with InArena: the buffer's first byte in the arena
 }
 
 // Placed reports whether the buffer holds a box of a tensor.
@@ -209,6 +225,38 @@ func (s *Schedule) WorldMap() map[int]Rank {
 		m[r.Rank] = r
 	}
 	return m
+}
+
+// UsesArena reports whether any buffer is in a staging arena (a version 2
+// schedule).
+func (s *Schedule) UsesArena() bool {
+	for i := range s.Buffers {
+		if s.Buffers[i].InArena {
+			return true
+		}
+	}
+	return false
+}
+
+// StagingByRank returns the staging memory each rank allocates: its arena
+// (the largest ArenaOffset+Bytes of its arena buffers) plus its other
+// staging buffers. Ranks without staging are absent.
+func (s *Schedule) StagingByRank() map[int]int64 {
+	own, arena := map[int]int64{}, map[int]int64{}
+	for i := range s.Buffers {
+		b := &s.Buffers[i]
+		switch {
+		case b.Kind != Staging:
+		case b.InArena:
+			arena[b.Rank] = max(arena[b.Rank], b.ArenaOffset+b.Bytes)
+		default:
+			own[b.Rank] += b.Bytes
+		}
+	}
+	for r, n := range arena {
+		own[r] += n
+	}
+	return own
 }
 
 // Elem is the element size of a tensor's dtype.

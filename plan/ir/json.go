@@ -50,6 +50,8 @@ type bufferJSON struct {
 	Bytes  int64    `json:"bytes"`
 	Tensor *int     `json:"tensor,omitempty"`
 	Box    *boxJSON `json:"box,omitempty"`
+	// ArenaOffset (version 2): a staging buffer in its rank's staging arena.
+	ArenaOffset *int64 `json:"arena_offset,omitempty"`
 }
 
 type boxJSON struct {
@@ -95,8 +97,12 @@ func (k OpKind) String() string {
 
 // MarshalJSON writes the versioned JSON form.
 func (s *Schedule) MarshalJSON() ([]byte, error) {
+	version := MinVersion // what an older reader reads exactly as before
+	if s.UsesArena() {
+		version = Version
+	}
 	out := scheduleJSON{
-		Format: Format, Version: Version, Route: s.Route, ChunkBytes: s.ChunkBytes,
+		Format: Format, Version: version, Route: s.Route, ChunkBytes: s.ChunkBytes,
 		World:   make([]rankJSON, len(s.World)),
 		Tensors: make([]tensorJSON, len(s.Tensors)),
 		Buffers: make([]bufferJSON, len(s.Buffers)),
@@ -118,6 +124,10 @@ func (s *Schedule) MarshalJSON() ([]byte, error) {
 			t := b.Tensor
 			bj.Tensor = &t
 			bj.Box = &boxJSON{b.Box.Start, b.Box.Size}
+		}
+		if b.InArena {
+			o := b.ArenaOffset
+			bj.ArenaOffset = &o
 		}
 		out.Buffers[i] = bj
 	}
@@ -185,8 +195,8 @@ func Decode(r io.Reader) (*Schedule, error) {
 	if head.Format != Format {
 		return nil, fmt.Errorf("schedule: format %q, want %q", head.Format, Format)
 	}
-	if head.Version != Version {
-		return nil, fmt.Errorf("schedule: version %d, but this m2n reads version %d", head.Version, Version)
+	if head.Version < MinVersion || head.Version > Version {
+		return nil, fmt.Errorf("schedule: version %d, but this m2n reads versions %d to %d", head.Version, MinVersion, Version)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -194,7 +204,7 @@ func Decode(r io.Reader) (*Schedule, error) {
 	if err := dec.Decode(&sj); err != nil {
 		return nil, fmt.Errorf("schedule: %w", err)
 	}
-	s, err := fromJSON(&sj)
+	s, err := fromJSON(&sj, head.Version)
 	if err != nil {
 		return nil, fmt.Errorf("schedule: %w", err)
 	}
@@ -204,7 +214,7 @@ func Decode(r io.Reader) (*Schedule, error) {
 	return s, nil
 }
 
-func fromJSON(sj *scheduleJSON) (*Schedule, error) {
+func fromJSON(sj *scheduleJSON, version int) (*Schedule, error) {
 	s := &Schedule{Route: sj.Route, ChunkBytes: sj.ChunkBytes,
 		World:   make([]Rank, len(sj.World)),
 		Tensors: make([]Tensor, len(sj.Tensors)),
@@ -234,8 +244,17 @@ func fromJSON(sj *scheduleJSON) (*Schedule, error) {
 			return nil, fmt.Errorf("buffers[%d]: tensor and box go together", i)
 		}
 		if b.Tensor != nil {
+			if *b.Tensor < 0 || *b.Tensor >= len(sj.Tensors) {
+				return nil, fmt.Errorf("buffers[%d].tensor = %d: not an index of tensors (0 to %d)", i, *b.Tensor, len(sj.Tensors)-1)
+			}
 			buf.Tensor = *b.Tensor
 			buf.Box = layout.Box{Start: b.Box.Start, Size: b.Box.Size}
+		}
+		if b.ArenaOffset != nil {
+			if version < 2 {
+				return nil, fmt.Errorf("buffers[%d].arena_offset: a version 2 field in a version %d document", i, version)
+			}
+			buf.InArena, buf.ArenaOffset = true, *b.ArenaOffset
 		}
 		s.Buffers[i] = buf
 	}

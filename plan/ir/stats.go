@@ -12,7 +12,8 @@ type Stats struct {
 	// receives over each class; for Local, the most bytes one rank copies.
 	MaxEgress, MaxIngress [3]int64
 	// StagingBytes is the staging memory of all ranks; MaxStaging, of the
-	// rank that needs the most.
+	// rank that needs the most (arena buffers that share memory counted
+	// once: [Schedule.StagingByRank]).
 	StagingBytes, MaxStaging int64
 }
 
@@ -56,14 +57,8 @@ func (s *Schedule) Stats() Stats {
 			st.MaxIngress[c] = max(st.MaxIngress[c], v[c])
 		}
 	}
-	perRank := map[int]int64{}
-	for i := range s.Buffers {
-		if b := &s.Buffers[i]; b.Kind == Staging {
-			st.StagingBytes += b.Bytes
-			perRank[b.Rank] += b.Bytes
-		}
-	}
-	for _, v := range perRank {
+	for _, v := range s.StagingByRank() {
+		st.StagingBytes += v
 		st.MaxStaging = max(st.MaxStaging, v)
 	}
 	return st

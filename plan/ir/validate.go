@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/m2n-project/m2n/model/layout"
@@ -41,9 +42,13 @@ type validator struct {
 	s     *Schedule
 	world map[int]Rank
 
-	writes  [][]span        // per buffer, the spans ops write, sorted
+	writes  [][]span        // per static buffer, the spans ops write, sorted
 	content map[int32][]seg // per op writing unplaced staging, what it wrote
-	stamp   []int32         // per op, the epoch it was last visited in before()
+	spaceOf []int32         // per buffer, its dynamic space in spaces; -1 when static
+	spaces  []space
+	memo    []int32 // per op x, w+1 once x was found to happen before op w
+	seen    []int32 // per op w, x+1 once w was found to happen before op x
+	stamp   []int32 // per op, the epoch it was last visited in before()
 	epoch   int32
 	// node maps an op to its node in the graph with each send/recv pair
 	// merged (the pair's smaller ID); order ranks the nodes topologically
@@ -110,6 +115,12 @@ func (v *validator) structure() error {
 		}
 		if b.Bytes < 0 {
 			return fmt.Errorf("buffer %d: %d bytes", i, b.Bytes)
+		}
+		if b.InArena && b.Kind != Staging {
+			return fmt.Errorf("buffer %d: arena_offset on an %s buffer: only staging shares an arena", i, b.Kind)
+		}
+		if b.InArena && (b.ArenaOffset < 0 || b.ArenaOffset > math.MaxInt64-b.Bytes) {
+			return fmt.Errorf("buffer %d: arena_offset %d out of range", i, b.ArenaOffset)
 		}
 		if !b.Placed() {
 			if b.Kind != Staging {
@@ -409,4 +420,23 @@ type span struct {
 
 func sortSpans(sp []span) {
 	slices.SortFunc(sp, func(a, b span) int { return cmp.Compare(a.lo, b.lo) })
+}
+
+// CheckRankLocal reports the first dependency that a one-process-per-rank
+// executor cannot wait on from the op's own rank: one on an op of another
+// rank, unless that op is a send or recv whose matching op is on the op's
+// rank (the transfer completes both at once). Validate allows any
+// dependency; every route m2n builds passes this check too.
+func (s *Schedule) CheckRankLocal() error {
+	for i := range s.Ops {
+		op := &s.Ops[i]
+		for _, d := range s.Deps(int32(i)) {
+			o := &s.Ops[d]
+			if o.Rank == op.Rank || ((o.Kind == Send || o.Kind == Recv) && s.Ops[o.Match].Rank == op.Rank) {
+				continue
+			}
+			return fmt.Errorf("op %d (%s on rank %d): depends on op %d (%s on rank %d), another rank's", i, op.Kind, op.Rank, d, o.Kind, o.Rank)
+		}
+	}
+	return nil
 }

@@ -3,6 +3,9 @@ package ir_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -27,6 +30,35 @@ func small(t testing.TB, route string) *ir.Schedule {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// smallCapped is small's tensor twice (so placed copies can be reused
+// across tensors) under a staging cap of half what it stages per rank
+// uncapped, or the least the route takes.
+func smallCapped(t testing.TB, route string) *ir.Schedule {
+	w := small(t, route).Tensors[0]
+	tensors := []ir.Tensor{w, {Name: "w2", Src: w.Src, Dst: w.Dst}}
+	tp, _ := topo.Preset("hgx-h200")
+	tp.GPUsPerDomain, tp.Domains = 4, 3
+	opt := plan.Options{Route: route, ChunkBytes: 128}
+	s, err := plan.Build(tensors, tp, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.StagingCapBytes = s.Stats().MaxStaging / 2
+	c, err := plan.Build(tensors, tp, opt)
+	var ce *plan.StagingCapError
+	if errors.As(err, &ce) {
+		opt.StagingCapBytes = ce.Need
+		c, err = plan.Build(tensors, tp, opt)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Stats().MaxStaging >= s.Stats().MaxStaging {
+		t.Fatalf("%s: capped staging %d, uncapped %d", route, c.Stats().MaxStaging, s.Stats().MaxStaging)
+	}
+	return c
 }
 
 // clone deep-copies a schedule through JSON.
@@ -71,19 +103,19 @@ func TestValidateRejects(t *testing.T) {
 				}
 			}
 			panic("no pack")
-		}, "where"},
+		}, "belong (buffer"},
 		{"output byte never written", plan.Flat, func(s *ir.Schedule) {
 			i := firstOp(s, ir.Unpack)
 			s.Ops[i].Kind = ir.Pack // now reads a box and writes staging; nothing writes that output box
 			s.Ops[i].Src, s.Ops[i].Dst = s.Ops[i].Dst, s.Ops[i].Src
-		}, ""},
+		}, "are never written"},
 		{"output written twice", plan.Hierarchical, func(s *ir.Schedule) {
 			i := firstOp(s, ir.Unpack)
 			s.AddOp(s.Ops[i], s.Deps(int32(i))...)
 		}, "also writes"},
 		{"send size differs", plan.Flat, func(s *ir.Schedule) {
 			s.Ops[firstOp(s, ir.Send)].Src.Bytes -= 4
-		}, "moves"},
+		}, "but its match"},
 		{"bad match", plan.Flat, func(s *ir.Schedule) {
 			i := firstOp(s, ir.Send)
 			s.Ops[i].Match = int32(i)
@@ -97,15 +129,9 @@ func TestValidateRejects(t *testing.T) {
 			s.Ops[i].Src.Offset = 1 << 40
 		}, "outside buffer"},
 		{"writes an input", plan.Flat, func(s *ir.Schedule) {
-			i := firstOp(s, ir.Recv)
-			for b := range s.Buffers {
-				if s.Buffers[b].Kind == ir.Input && s.Buffers[b].Rank == int(s.Ops[i].Rank) {
-					s.Ops[i].Dst.Buf = int32(b)
-					return
-				}
-			}
-			s.Ops[i].Dst.Buf = -1
-		}, ""},
+			i := firstOp(s, ir.Pack) // its source is its rank's input; make it the destination too
+			s.Ops[i].Dst = ir.Region{Buf: s.Ops[i].Src.Buf, Bytes: s.Ops[i].Dst.Bytes}
+		}, "writes input buffer"},
 		{"staging too small", plan.Hierarchical, func(s *ir.Schedule) {
 			for b := range s.Buffers {
 				if s.Buffers[b].Kind == ir.Staging && !s.Buffers[b].Placed() {
@@ -228,6 +254,20 @@ func TestDecodeErrors(t *testing.T) {
 func FuzzDecode(f *testing.F) {
 	for _, r := range plan.Routes {
 		b, _ := json.Marshal(small(f, r))
+		f.Add(b)
+	}
+	// Capped schedules (version 2, staging reused) and the hand-written
+	// documents.
+	for _, r := range []string{plan.Hierarchical, plan.AGBcast} {
+		b, _ := json.Marshal(smallCapped(f, r))
+		f.Add(b)
+	}
+	docs, _ := filepath.Glob("testdata/*.json")
+	for _, d := range docs {
+		b, err := os.ReadFile(d)
+		if err != nil {
+			f.Fatal(err)
+		}
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
