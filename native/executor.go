@@ -184,16 +184,17 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 		}
 	}
 	slices.Sort(x.devices)
-	// Memory: refuse before allocating when it does not fit.
+	// Memory: refuse before allocating when it does not fit. Each rank's
+	// buffers are one block (placement); a device holds its ranks' blocks.
+	off, rankBytes, rankStaging := placement(s)
 	need := map[int]int64{}
 	x.need, x.staging = need, map[int]int64{}
-	for i := range s.Buffers {
-		b := &s.Buffers[i]
-		if d, ok := devOf[int32(b.Rank)]; ok {
-			need[d] += align(b.Bytes)
-			if b.Kind == ir.Staging {
-				x.staging[d] += align(b.Bytes)
-			}
+	rankStart := map[int]int64{}
+	for _, r := range s.World {
+		if d, ok := devOf[int32(r.Rank)]; ok {
+			rankStart[r.Rank] = need[d]
+			need[d] += rankBytes[r.Rank]
+			x.staging[d] += rankStaging[r.Rank]
 		}
 	}
 	for _, d := range x.devices {
@@ -219,19 +220,16 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 		x.arena[d] = base
 	}
 	x.bufAddr = make([]uint64, len(s.Buffers))
-	next := map[int]uint64{}
 	for i := range s.Buffers {
 		b := &s.Buffers[i]
 		if d, ok := devOf[int32(b.Rank)]; ok {
-			x.bufAddr[i] = x.arena[d] + next[d]
-			next[d] += uint64(align(b.Bytes))
+			x.bufAddr[i] = x.arena[d] + uint64(rankStart[b.Rank]+off[i])
 		}
 	}
 	x.ipc = opt.Backend == NCCL && x.opt.Transport == TransportCopy && opt.Launch != nil
 	if x.ipc {
-		// Every rank's arena holds its buffers in schedule order, as this
-		// loop lays out the local one: a peer's buffer is its arena's base
-		// plus the same offset.
+		// Every process lays out its one rank as placement does: a peer's
+		// buffer is its allocation's base plus the same offset.
 		d := x.devices[0]
 		bases, err := g.share(d, x.arena[d], comms[d][0], len(s.World), opt.Launch.Rank)
 		if err != nil {
@@ -242,13 +240,11 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 		for i, r := range s.World {
 			base[r.Rank] = bases[i]
 		}
-		off := map[int]uint64{}
 		for i := range s.Buffers {
 			b := &s.Buffers[i]
 			if _, ok := devOf[int32(b.Rank)]; !ok {
-				x.bufAddr[i] = base[b.Rank] + off[b.Rank]
+				x.bufAddr[i] = base[b.Rank] + uint64(off[i])
 			}
-			off[b.Rank] += uint64(align(b.Bytes))
 		}
 	}
 	// Ops of remote ranks are in the program too (their levels place the
@@ -340,6 +336,40 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 }
 
 func align(n int64) int64 { return (n + 255) &^ 255 }
+
+// placement lays out each rank's buffers in one block: the rank's staging
+// arena first (its largest arena_offset + bytes; arena buffers at their
+// offsets, so those whose ranges overlap share memory), then every other
+// buffer in schedule order, each 256-byte aligned. It returns each buffer's
+// offset in its rank's block, each rank's block size, and the staging part
+// of it.
+func placement(s *ir.Schedule) (off []int64, rankBytes, rankStaging map[int]int64) {
+	off = make([]int64, len(s.Buffers))
+	rankBytes, rankStaging = map[int]int64{}, map[int]int64{}
+	arena := map[int]int64{}
+	for i := range s.Buffers {
+		if b := &s.Buffers[i]; b.InArena {
+			arena[b.Rank] = max(arena[b.Rank], b.ArenaOffset+b.Bytes)
+		}
+	}
+	for r, n := range arena {
+		rankBytes[r] = align(n)
+		rankStaging[r] = align(n)
+	}
+	for i := range s.Buffers {
+		b := &s.Buffers[i]
+		if b.InArena {
+			off[i] = b.ArenaOffset
+			continue
+		}
+		off[i] = rankBytes[b.Rank]
+		rankBytes[b.Rank] += align(b.Bytes)
+		if b.Kind == ir.Staging {
+			rankStaging[b.Rank] += align(b.Bytes)
+		}
+	}
+	return off, rankBytes, rankStaging
+}
 
 // Close releases device memory and the device layer.
 func (x *Executor) Close() error {

@@ -1,6 +1,7 @@
 package native
 
 import (
+	"errors"
 	"math/rand/v2"
 	"testing"
 	"unsafe"
@@ -50,7 +51,19 @@ func randomSchedule(t *testing.T, rng *rand.Rand) *ir.Schedule {
 			continue
 		}
 		route := plan.Routes[rng.IntN(len(plan.Routes))]
-		s, err := plan.Build([]ir.Tensor{{Name: "t", Src: src, Dst: dst}}, tp, plan.Options{Route: route, ChunkBytes: 1 + rng.Int64N(48)})
+		opt := plan.Options{Route: route, ChunkBytes: 1 + rng.Int64N(48)}
+		if rng.IntN(3) == 0 {
+			// A staging cap: buffers share each rank's arena, reused once
+			// consumed; the least cap that works when the draw is below it.
+			opt.StagingCapBytes = 1 + rng.Int64N(256)
+		}
+		ts := []ir.Tensor{{Name: "t", Src: src, Dst: dst}}
+		s, err := plan.Build(ts, tp, opt)
+		var ce *plan.StagingCapError
+		if errors.As(err, &ce) {
+			opt.StagingCapBytes = ce.Need
+			s, err = plan.Build(ts, tp, opt)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -90,8 +103,17 @@ func runFake(t *testing.T, s *ir.Schedule, opt Options, devices int, seed uint64
 // with streams and NCCL groups run in random valid orders.
 func TestExecutorOnFake(t *testing.T) {
 	rng := rand.New(rand.NewPCG(31, 32))
+	shared := 0 // schedules whose staging buffers share memory
+	defer func() {
+		if shared == 0 {
+			t.Error("no random schedule reused staging memory: the staging cap went untested")
+		}
+	}()
 	for i := range 80 {
 		s := randomSchedule(t, rng)
+		if reusesStaging(s) {
+			shared++
+		}
 		for _, opt := range []Options{
 			{Backend: Loopback, Transport: TransportCopy, Lanes: 1 + rng.IntN(4), Iters: 1},
 			{Backend: Loopback, Transport: TransportNCCL, Lanes: 1 + rng.IntN(4), Iters: 1},
@@ -109,6 +131,20 @@ func TestExecutorOnFake(t *testing.T) {
 			}
 		}
 	}
+}
+
+// reusesStaging reports whether two arena buffers of one rank overlap.
+func reusesStaging(s *ir.Schedule) bool {
+	for i := range s.Buffers {
+		a := &s.Buffers[i]
+		for j := i + 1; j < len(s.Buffers); j++ {
+			b := &s.Buffers[j]
+			if a.InArena && b.InArena && a.Rank == b.Rank && a.ArenaOffset < b.ArenaOffset+b.Bytes && b.ArenaOffset < a.ArenaOffset+a.Bytes {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // A schedule with a dependency removed fails on the fake: the executor's
