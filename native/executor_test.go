@@ -2,6 +2,7 @@ package native
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"unsafe"
@@ -52,16 +53,22 @@ func randomSchedule(t *testing.T, rng *rand.Rand) *ir.Schedule {
 		}
 		route := plan.Routes[rng.IntN(len(plan.Routes))]
 		opt := plan.Options{Route: route, ChunkBytes: 1 + rng.Int64N(48)}
-		if rng.IntN(3) == 0 {
+		if rng.IntN(2) == 0 {
 			// A staging cap: buffers share each rank's arena, reused once
-			// consumed; the least cap that works when the draw is below it.
-			opt.StagingCapBytes = 1 + rng.Int64N(256)
+			// consumed; one to three times the least cap that works when
+			// the draw is below it, so that several buffers live at once.
+			opt.StagingCapBytes = 1 + rng.Int64N(512)
 		}
+		// One to three tensors of the same layouts: a capped schedule then
+		// places several tensors' staging in one arena.
 		ts := []ir.Tensor{{Name: "t", Src: src, Dst: dst}}
+		for k := range rng.IntN(3) {
+			ts = append(ts, ir.Tensor{Name: fmt.Sprintf("t%d", k+1), Src: src, Dst: dst})
+		}
 		s, err := plan.Build(ts, tp, opt)
 		var ce *plan.StagingCapError
 		if errors.As(err, &ce) {
-			opt.StagingCapBytes = ce.Need
+			opt.StagingCapBytes = ce.Need * (1 + rng.Int64N(3))
 			s, err = plan.Build(ts, tp, opt)
 		}
 		if err != nil {
