@@ -30,20 +30,15 @@ step "paper-2gpu"
 one paper-1proc-nccl paper-2gpu
 one paper-1proc-copy --transport copy paper-2gpu
 perproc paper-perproc-nccl paper-2gpu
-perproc paper-perproc-graph --graph paper-2gpu
-M2N_NCCL_BLOCKING=0 perproc paper-perproc-nonblocking --route flat,hierarchical paper-2gpu
+perproc paper-perproc-copy --transport copy --route flat,hierarchical paper-2gpu
 step "calib-nvlink-chunks"
 one chunks-1proc calib-nvlink-chunks
 perproc chunks-perproc calib-nvlink-chunks
 step "a group per 1 MiB chunk: the cost of one NCCL group"
 one group-1proc --point "chunk=1 MiB" --wave-bytes 1MiB calib-nvlink-chunks
 perproc group-perproc --point "chunk=1 MiB" --wave-bytes 1MiB calib-nvlink-chunks
-M2N_NCCL_BLOCKING=0 perproc group-perproc-nonblocking --point "chunk=1 MiB" --wave-bytes 1MiB calib-nvlink-chunks
 step "legacy path in PyTorch, the same tensor on the same two GPUs"
 timeout 200 torchrun --nproc-per-node 2 scripts/torch_legacy.py --sources 2 --tp 1 --experts 16 --iters "$ITERS" 2>&1 | grep legacy
-step "loopback on GPU 0, the paper layer at scale 0.0625, rho=2: device copies and NCCL self send/recv"
-timeout 150 bin/m2n run --scale 0.0625 --point rho=2 --json paper-ffn-moe > "$OUT/loop-copy.json"
-timeout 150 bin/m2n run --scale 0.0625 --point rho=2 --transport nccl --graph=false --json paper-ffn-moe > "$OUT/loop-nccl.json"
 step "the model beside the measurements"; bin/m2n sim paper-2gpu
 step "every run"; python3 scripts/gpu_table.py "$OUT"/*.json
 } 2>&1 | tee "$OUT/gpu-check-2.log"
