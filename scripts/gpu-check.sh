@@ -12,14 +12,14 @@ step "GPUs"; nvidia-smi -L
 step "m2n topo"; bin/m2n topo
 step "native tests"; timeout 200 bin/native.test -test.v -test.run 'GPU|Library' 2>&1 | grep -v '^=== RUN'
 step "the graph-capture race: the paper case 50 times"; timeout 100 bin/native.test -test.run GPUPaperScaled -test.count 50 2>&1 | tail -1
-step "kernel throughput (m2n)"; timeout 100 bin/native.test -test.run '^$' -test.bench GPU -test.benchtime 1x 2>&1 | grep '^box\|^geometry'
-step "kernel throughput (PyTorch)"; python3 scripts/torch_pack.py
+step "a whole-model refit, shrunk: qwen3-235b-128 at scale 0.002, every route, staging capped at 256 MiB a rank"
+timeout 300 bin/m2n run --scale 0.002 --iters 3 --staging-cap 256MiB --json qwen3-235b-128 > "$OUT/qwen3-capped.json"
 step "paper scenario, loopback, scale $SCALE"
 timeout 150 bin/m2n run --scale "$SCALE" --json paper-ffn-moe > "$OUT/loop-copy.json"
 step "paper scenario, loopback over NCCL self send/recv, rho=2"
 timeout 150 bin/m2n run --scale "$SCALE" --point rho=2 --transport nccl --json paper-ffn-moe > "$OUT/loop-nccl.json"
-step "a whole-model refit, shrunk: qwen3-235b-128 at scale 0.002, every route, staging capped at 256 MiB a rank"
-timeout 300 bin/m2n run --scale 0.002 --iters 3 --staging-cap 256MiB --json qwen3-235b-128 > "$OUT/qwen3-capped.json"
+step "kernel throughput (m2n)"; timeout 100 bin/native.test -test.run '^$' -test.bench GPU -test.benchtime 1x 2>&1 | grep '^box\|^geometry'
+step "kernel throughput (PyTorch)"; python3 scripts/torch_pack.py
 step "legacy path in PyTorch (one GPU: a smoke test of the script)"
 torchrun --nproc-per-node 1 scripts/torch_legacy.py --sources 1 --tp 1 --experts 16 2>&1 | tail -2
 step "every run"; python3 scripts/gpu_table.py "$OUT"/*.json
