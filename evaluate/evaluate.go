@@ -42,6 +42,43 @@ type Record struct {
 
 	// TensorClasses sums a workload's tensors by class; nil without one.
 	TensorClasses []Class
+
+	// Run is what m2n run measured on GPUs for this schedule; nil for the
+	// commands that do not run it.
+	Run *Run
+}
+
+// Run is one schedule's run on GPUs (m2n run): the executor's result as
+// plain values, beside the model of the same schedule in the Record.
+type Run struct {
+	Backend         string
+	Mode            string       // how transfers ran, as the executor says
+	Device          string       // the GPU's name
+	Times           []units.Time // per timed iteration, sorted ascending
+	Verified        bool         // every destination byte right, after the first and the last iteration
+	CheckedBytes    int64
+	WrongElems      int64
+	FirstWrong      string
+	Groups          int        // NCCL groups an iteration issues
+	GroupCapBytes   int64      // the per-pair bytes groups were cut at; 0 when uncut
+	HostIssue       units.Time // the host's time to issue one iteration (median)
+	PeakDeviceBytes int64      // device memory for the schedule's buffers on the busiest GPU of the process
+	StagingBytes    int64      // the staging part of PeakDeviceBytes
+	Iterations      int        // timed iterations asked for
+	// Err says why the schedule did not run (Times empty), or why a run
+	// could not be modeled (the Record's model fields are then unset).
+	Err error
+}
+
+// Ran reports whether the schedule ran and was timed.
+func (r *Run) Ran() bool { return len(r.Times) > 0 }
+
+// Median is the median timed iteration; 0 when it did not run.
+func (r *Run) Median() units.Time {
+	if !r.Ran() {
+		return 0
+	}
+	return r.Times[len(r.Times)/2]
 }
 
 // Label names the record's point in tables: the point's label, or "-" for

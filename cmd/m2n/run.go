@@ -7,73 +7,26 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/m2n-project/m2n/evaluate"
 	"github.com/m2n-project/m2n/model/units"
 	"github.com/m2n-project/m2n/native"
 	"github.com/m2n-project/m2n/plan/ir"
+	"github.com/m2n-project/m2n/reports"
 )
 
-// runRecord is one line of `m2n run --json`: the GPU's measurements beside
-// the evaluation of the same schedule; docs/cli.md documents it.
-type runRecord struct {
-	Point        map[string]any `json:"point"`
-	Route        string         `json:"route"`
-	Backend      string         `json:"backend"`
-	Mode         string         `json:"mode"`
-	Device       string         `json:"device"`
-	UniqueBytes  int64          `json:"unique_bytes"`
-	Measured     float64        `json:"measured_s"`
-	MeasuredMin  float64        `json:"measured_min_s"`
-	MeasuredMax  float64        `json:"measured_max_s"`
-	Modeled      float64        `json:"modeled_s"`
-	ModeledOn    string         `json:"modeled_on"`
-	SOL          float64        `json:"sol_s"`
-	Verified     bool           `json:"verified"`
-	CheckedBytes int64          `json:"checked_bytes"`
-	WrongElems   int64          `json:"wrong_elements"`
-	Ops          int            `json:"ops"`
-	Groups       int            `json:"nccl_groups"`
-	GroupCap     int64          `json:"group_cap_bytes"`
-	HostIssue    float64        `json:"host_issue_s"`
-	PeakDevice   int64          `json:"peak_device_bytes"`
-	Staging      int64          `json:"staging_bytes"`
-	Iterations   int            `json:"iterations"`
-	Error        string         `json:"error,omitempty"` // why this run did not happen, or could not be modeled
-	label        string
-	ran          bool
-}
-
-type runOutput struct {
-	Scenario string      `json:"scenario"`
-	Records  []runRecord `json:"records"`
-}
-
-// runJSON is the record of one run: the GPU's result (nil when the run did
-// not happen) beside the evaluation of its schedule; err says why the run
-// did not happen or could not be modeled.
-func runJSON(ev *evaluate.Record, backend string, iters int, res *native.Result, err error) runRecord {
-	rec := runRecord{Point: map[string]any{}, Route: ev.Route, Backend: backend, Iterations: iters, label: ev.Label(), ran: res != nil}
-	if ev.Point != nil {
-		rec.Point = ev.Point.Map()
-	}
+// runOf is the record's Run: the executor's result (nil when it did not
+// run) as plain values, and why it did not run or could not be modeled.
+func runOf(backend string, iters int, res *native.Result, err error) *evaluate.Run {
+	run := &evaluate.Run{Backend: backend, Iterations: iters, Err: err}
 	if res != nil {
-		ts := append([]units.Time(nil), res.Times...)
-		slices.Sort(ts)
-		rec.Measured, rec.MeasuredMin, rec.MeasuredMax = ts[len(ts)/2].Seconds(), ts[0].Seconds(), ts[len(ts)-1].Seconds()
-		rec.Mode, rec.Device, rec.Verified, rec.CheckedBytes, rec.WrongElems, rec.Ops = res.Mode, res.Device, res.Verified, res.CheckedBytes, res.WrongElems, res.Ops
-		rec.Groups, rec.GroupCap, rec.HostIssue = res.Waves, res.WaveCapBytes, res.HostIssue.Seconds()
-		rec.PeakDevice, rec.Staging = res.PeakDeviceBytes, res.StagingBytes
+		run.Times = slices.Sorted(slices.Values(res.Times))
+		run.Mode, run.Device, run.Verified, run.CheckedBytes, run.WrongElems, run.FirstWrong = res.Mode, res.Device, res.Verified, res.CheckedBytes, res.WrongElems, res.FirstWrong
+		run.Groups, run.GroupCapBytes, run.HostIssue = res.Waves, res.WaveCapBytes, res.HostIssue
+		run.PeakDeviceBytes, run.StagingBytes = res.PeakDeviceBytes, res.StagingBytes
 	}
-	if err != nil {
-		rec.Error = err.Error()
-		return rec
-	}
-	rec.UniqueBytes, rec.Modeled, rec.ModeledOn, rec.SOL = ev.UniqueBytes, ev.Modeled.Seconds(), ev.ModeledOn, ev.SOL.Seconds()
-	return rec
+	return run
 }
 
 // runOnGPU prepares, runs and releases one schedule on the GPUs; tests
@@ -157,20 +110,20 @@ process per GPU under torchrun, srun or mpirun.`)
 		return usagef("--backend %q: want loopback or nccl", *backend)
 	}
 	var jobs []simJob
-	out := runOutput{}
+	var scenarioName string
 	if *irIn != "" {
 		j, err := irJob(*irIn, *topoName)
 		if err != nil {
 			return err
 		}
 		jobs = append(jobs, j)
-		out.Scenario = *irIn
+		scenarioName = *irIn
 	} else {
 		sc, points, err := sel.load(pos)
 		if err != nil {
 			return err
 		}
-		out.Scenario = sc.Name
+		scenarioName = sc.Name
 		if jobs, _, err = simJobs(sc, points, &sel); err != nil {
 			return err
 		}
@@ -186,6 +139,7 @@ process per GPU under torchrun, srun or mpirun.`)
 		eopt.LoopbackMemory = copyBW
 		fmt.Fprintf(e.stderr, "m2n: GPU %d copies at %.0f GB/s (read+write); the loopback model uses it\n", *device, copyBW.GBps())
 	}
+	var rows []evaluate.Record
 	failed, errs := 0, 0
 	for _, j := range jobs {
 		if err := ctx.Err(); err != nil {
@@ -198,6 +152,7 @@ process per GPU under torchrun, srun or mpirun.`)
 			}
 			tp = j.point.Topology
 		}
+		ev.Ops = len(s.Ops)
 		res, err := runOnGPU(s, opt)
 		if errors.Is(err, native.ErrNotSupported) {
 			return fmt.Errorf("m2n run needs a GPU build (linux, cgo) and the CUDA driver: %w", err)
@@ -213,53 +168,31 @@ process per GPU under torchrun, srun or mpirun.`)
 				ev = model
 			}
 		}
-		rec := runJSON(&ev, *backend, *iters, res, err)
-		out.Records = append(out.Records, rec)
+		ev.Run = runOf(*backend, *iters, res, err)
+		rows = append(rows, ev)
 		if err != nil {
 			// Record the failure and go on with the other runs, unless a
 			// peer is lost.
 			errs++
-			fmt.Fprintf(e.stderr, "m2n: point %s, route %s: %v\n", rec.label, j.route, err)
+			fmt.Fprintf(e.stderr, "m2n: point %s, route %s: %v\n", ev.Label(), j.route, err)
 			if res == nil && *backend == native.NCCL && native.IsPeerFailure(err) {
 				// Every later run needs the same peers and would wait its
 				// own --timeout for them.
-				fmt.Fprintf(e.stderr, "m2n: stopping: the NCCL communicators failed, and the %d runs left need the same peers\n", len(jobs)-len(out.Records))
+				fmt.Fprintf(e.stderr, "m2n: stopping: the NCCL communicators failed, and the %d runs left need the same peers\n", len(jobs)-len(rows))
 				break
 			}
 		}
 		if res != nil && !res.Verified {
 			failed++
-			fmt.Fprintf(e.stderr, "m2n: point %s, route %s: %d wrong elements; first: %s\n", rec.label, j.route, res.WrongElems, res.FirstWrong)
+			fmt.Fprintf(e.stderr, "m2n: point %s, route %s: %d wrong elements; first: %s\n", ev.Label(), j.route, res.WrongElems, res.FirstWrong)
 		}
 	}
 	if *asJSON {
-		if err := printJSON(e.stdout, out); err != nil {
+		if err := printJSON(e.stdout, reports.RunJSON(scenarioName, rows)); err != nil {
 			return err
 		}
-	} else {
-		tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintf(e.stdout, "scenario %s, backend %s\n\n", out.Scenario, *backend)
-		fmt.Fprintln(tw, "point\troute\tmeasured (median)\tmin .. max\tmodeled\tmodeled on\tSOL (cluster)\tverified\thost issue\tpeak memory/GPU\tmode")
-		sec := func(v float64) string { return units.Time(v * float64(units.Second)).String() }
-		for _, r := range out.Records {
-			if !r.ran {
-				fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\tnot run: see the error above\t\t\t\n", r.label, r.Route)
-				continue
-			}
-			v := fmt.Sprintf("ok, %s", units.Bytes(r.CheckedBytes).Human())
-			if !r.Verified {
-				v = fmt.Sprintf("%d WRONG elements", r.WrongElems)
-			}
-			modeled, sol := sec(r.Modeled), sec(r.SOL)
-			if r.Error != "" { // ran, but could not be modeled: see the error above
-				modeled, sol = "-", "-"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s .. %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.label, r.Route, sec(r.Measured), sec(r.MeasuredMin), sec(r.MeasuredMax),
-				modeled, r.ModeledOn, sol, v, sec(r.HostIssue), units.Bytes(r.PeakDevice).Human(), strings.TrimSpace(r.Mode))
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
+	} else if err := reports.WriteRunTable(e.stdout, scenarioName, *backend, rows); err != nil {
+		return err
 	}
 	if failed > 0 {
 		return checkFailed{fmt.Sprintf("%d runs delivered wrong bytes", failed)}

@@ -35,3 +35,19 @@ func TestRunStopsAfterLostPeer(t *testing.T) {
 		t.Errorf("ran %d routes (exit %d), want all 4 and a non-zero exit", calls, code)
 	}
 }
+
+// The table shows each run's time beside its model, the check, the host's
+// issue time and the memory; a run that did not happen says so.
+func TestRunTable(t *testing.T) {
+	fakeGPU(t)
+	stdout, stderr, code := run(t, "run", "--backend", "nccl", "--route", "flat", "paper-2gpu")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"scenario paper-2gpu, backend nccl", "measured (median)", "host issue", "peak memory/GPU",
+		"1.00 ms .. 1.00 ms", "1.63 ms  hgx-h200-measured  522 us", "ok, 1 B", "fake"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("the table lacks %q:\n%s", want, stdout)
+		}
+	}
+}

@@ -1,0 +1,104 @@
+package reports
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/m2n-project/m2n/model/units"
+)
+
+// The views of `m2n run`: its text table and JSON records (docs/cli.md).
+
+// runRecord is one record of `m2n run --json`: the GPU's measurements
+// beside the evaluation of the same schedule.
+type runRecord struct {
+	Point        map[string]any `json:"point"`
+	Route        string         `json:"route"`
+	Backend      string         `json:"backend"`
+	Mode         string         `json:"mode"`
+	Device       string         `json:"device"`
+	UniqueBytes  int64          `json:"unique_bytes"`
+	Measured     float64        `json:"measured_s"`
+	MeasuredMin  float64        `json:"measured_min_s"`
+	MeasuredMax  float64        `json:"measured_max_s"`
+	Modeled      float64        `json:"modeled_s"`
+	ModeledOn    string         `json:"modeled_on"`
+	SOL          float64        `json:"sol_s"`
+	Verified     bool           `json:"verified"`
+	CheckedBytes int64          `json:"checked_bytes"`
+	WrongElems   int64          `json:"wrong_elements"`
+	Ops          int            `json:"ops"`
+	Groups       int            `json:"nccl_groups"`
+	GroupCap     int64          `json:"group_cap_bytes"`
+	HostIssue    float64        `json:"host_issue_s"`
+	PeakDevice   int64          `json:"peak_device_bytes"`
+	Staging      int64          `json:"staging_bytes"`
+	Iterations   int            `json:"iterations"`
+	Error        string         `json:"error,omitempty"` // why the run did not happen, or could not be modeled
+}
+
+func runJSON(r *Row) runRecord {
+	run := r.Run
+	rec := runRecord{Point: map[string]any{}, Route: r.Route, Backend: run.Backend, Iterations: run.Iterations}
+	if r.Point != nil {
+		rec.Point = r.Point.Map()
+	}
+	if run.Ran() {
+		rec.Measured, rec.MeasuredMin, rec.MeasuredMax = run.Median().Seconds(), run.Times[0].Seconds(), run.Times[len(run.Times)-1].Seconds()
+		rec.Mode, rec.Device, rec.Verified, rec.CheckedBytes, rec.WrongElems = run.Mode, run.Device, run.Verified, run.CheckedBytes, run.WrongElems
+		rec.Groups, rec.GroupCap, rec.HostIssue = run.Groups, run.GroupCapBytes, run.HostIssue.Seconds()
+		rec.PeakDevice, rec.Staging, rec.Ops = run.PeakDeviceBytes, run.StagingBytes, r.Ops
+	}
+	if run.Err != nil {
+		rec.Error = run.Err.Error()
+		return rec
+	}
+	rec.UniqueBytes, rec.Modeled, rec.ModeledOn, rec.SOL = r.UniqueBytes, r.Modeled.Seconds(), r.ModeledOn, r.SOL.Seconds()
+	return rec
+}
+
+// RunJSON is the document `m2n run --json` prints: the scenario and one
+// record per row that has a Run.
+func RunJSON(scenario string, rows []Row) any {
+	recs := []runRecord{}
+	for i := range rows {
+		if rows[i].Run != nil {
+			recs = append(recs, runJSON(&rows[i]))
+		}
+	}
+	return struct {
+		Scenario string      `json:"scenario"`
+		Records  []runRecord `json:"records"`
+	}{scenario, recs}
+}
+
+// WriteRunTable prints `m2n run`'s table: per row, the measured time beside
+// the model and the bound, the check, the host's issue time and memory.
+func WriteRunTable(w io.Writer, scenario, backend string, rows []Row) error {
+	fmt.Fprintf(w, "scenario %s, backend %s\n\n", scenario, backend)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "point\troute\tmeasured (median)\tmin .. max\tmodeled\tmodeled on\tSOL (cluster)\tverified\thost issue\tpeak memory/GPU\tmode")
+	for i := range rows {
+		r, run := &rows[i], rows[i].Run
+		if run == nil {
+			continue
+		}
+		if !run.Ran() {
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\tnot run: see the error above\t\t\t\n", r.Label(), r.Route)
+			continue
+		}
+		v := fmt.Sprintf("ok, %s", units.Bytes(run.CheckedBytes).Human())
+		if !run.Verified {
+			v = fmt.Sprintf("%d WRONG elements", run.WrongElems)
+		}
+		modeled, on, sol := r.Modeled.String(), r.ModeledOn, r.SOL.String()
+		if run.Err != nil { // ran, but could not be modeled: see the error above
+			modeled, on, sol = "-", "", "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s .. %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Label(), r.Route, run.Median(), run.Times[0], run.Times[len(run.Times)-1],
+			modeled, on, sol, v, run.HostIssue, units.Bytes(run.PeakDeviceBytes).Human(), strings.TrimSpace(run.Mode))
+	}
+	return tw.Flush()
+}
