@@ -90,16 +90,7 @@ func TestGPULoopbackRandom(t *testing.T) {
 			{Backend: Loopback, Transport: TransportCopy, Lanes: 1 + rng.IntN(4), Iters: 2, Graph: i%2 == 0},
 			{Backend: Loopback, Transport: TransportNCCL, Lanes: 1 + rng.IntN(4), Iters: 2},
 		} {
-			x, err := New(s, opt)
-			skipWithoutGPU(t, err)
-			res, err := x.Run()
-			x.Close()
-			if err != nil {
-				t.Fatalf("case %d %s/%s: %v", i, opt.Backend, opt.Transport, err)
-			}
-			if !res.Verified {
-				t.Fatalf("case %d %s/%s (%s): %d wrong elements; first %s", i, opt.Backend, opt.Transport, s.Route, res.WrongElems, res.FirstWrong)
-			}
+			runGPU(t, i, s, opt)
 		}
 	}
 }
@@ -140,18 +131,25 @@ func TestGPUMultiRandom(t *testing.T) {
 			{Backend: NCCL, Iters: 2, WaveBytes: []int64{0, -1, 1 + rng.Int64N(128<<10)}[i%3]},
 			{Backend: NCCL, Transport: TransportCopy, Iters: 2, Graph: i%2 == 0},
 		} {
-			x, err := New(s, opt)
-			skipWithoutGPU(t, err)
-			res, err := x.Run()
-			x.Close()
-			if err != nil {
-				t.Fatalf("case %d %s/%s: %v", i, opt.Backend, opt.Transport, err)
-			}
-			if !res.Verified {
-				t.Fatalf("case %d %s/%s (%s): %d wrong elements; first %s", i, opt.Backend, opt.Transport, s.Route, res.WrongElems, res.FirstWrong)
-			}
+			runGPU(t, i, s, opt)
 		}
 		i++
+	}
+}
+
+// runGPU runs case i on the GPU and fails the test unless every
+// destination byte is right.
+func runGPU(t *testing.T, i int, s *ir.Schedule, opt Options) {
+	t.Helper()
+	x, err := New(s, opt)
+	skipWithoutGPU(t, err)
+	res, err := x.Run()
+	x.Close()
+	if err != nil {
+		t.Fatalf("case %d %s/%s: %v", i, opt.Backend, opt.Transport, err)
+	}
+	if !res.Verified {
+		t.Fatalf("case %d %s/%s (%s): %d wrong elements; first %s", i, opt.Backend, opt.Transport, s.Route, res.WrongElems, res.FirstWrong)
 	}
 }
 
