@@ -147,8 +147,9 @@ func boundFlat(r *Regions, move func(a, b int, bytes float64)) {
 // contribution enters the domain once, its bytes spread evenly over the
 // domain's replicas (the leaders), and each leader replicates its share to
 // the domain's other replicas over NVLink. The source injects each
-// contribution once, spread evenly over its replicas. A replica that holds
-// the contribution copies it locally and leads in its domain. The ring of
+// contribution once, spread evenly over its replicas. Replicas that hold
+// the contribution copy it locally and feed their domain's other replicas;
+// such a domain receives nothing from the ring. The ring of
 // domains starts at the entry domain the route chooses ([hierRotation]);
 // domains after the first receive from the previous domain's leaders.
 func boundHier(r *Regions, tp *topo.Topology, rot hierRotation, move func(a, b int, bytes float64)) {
@@ -166,12 +167,17 @@ func boundHier(r *Regions, tp *topo.Topology, rot hierRotation, move func(a, b i
 		for j := lo; j < hi; j++ {
 			b := float64(r.Bytes(j))
 			src := r.SrcSlots[r.Contribs[j].Src].Ranks
-			e, li, local := rot.entry(r, k, j, h, tp)
+			e, _, local := rot.entry(r, k, j, h, tp)
 			for step := range q {
 				reps := ranks(h.at(e, step))
-				if step == 0 && local {
+				if holders := hierHolders(r, j, reps); local && len(holders) > 0 {
+					// Holders copy locally and feed the domain's others.
 					for _, d := range reps {
-						move(sl.Ranks[li], d, b)
+						if r.SrcSlotOf(d) != r.Contribs[j].Src {
+							for _, s := range holders {
+								move(s, d, b/float64(len(holders)))
+							}
+						}
 					}
 					continue
 				}

@@ -62,7 +62,10 @@ func (b *builder) flat(ti int) {
 // next domain and replicates it over NVLink to the other replicas of its
 // domain; the next domain's receiver does the same, around the ring of
 // domains. Each byte leaves the source once and enters each destination
-// domain once.
+// domain once. No rank receives bytes it holds: every replica that holds
+// the contribution copies it locally, and a domain with such a replica
+// receives nothing from the ring but is fed by it (its first holder leads
+// there, and the ring goes on from it).
 func (b *builder) hierarchical(ti int) {
 	r := b.regions[ti]
 	elem := b.elem(ti)
@@ -81,34 +84,73 @@ func (b *builder) hierarchical(ti int) {
 					ix = p
 				}
 			}
-			// The receiving replica in each domain, ring order from the entry.
+			// The receiving replica in each domain, ring order from the
+			// entry: the domain's first holder of the contribution, else
+			// the replica of the leader's position.
 			recv := make([]int, q)
+			held := make([]bool, q) // the domain has a holder
 			for step := range q {
 				reps := h.at(e, step)
 				recv[step] = sl.Ranks[reps[ix%len(reps)]]
-			}
-			var hops []hop
-			for step := range q {
-				if step+1 < q {
-					hops = append(hops, hop{recv[step], recv[step+1]})
-				}
-				for _, i := range h.at(e, step) {
-					if d := sl.Ranks[i]; d != recv[step] {
-						hops = append(hops, hop{recv[step], d})
+				for _, i := range reps {
+					if d := sl.Ranks[i]; local && r.SrcSlotOf(d) == c.Src {
+						recv[step], held[step] = d, true
+						break
 					}
 				}
 			}
-			leader := sl.Ranks[li]
-			src := leader
 			if local {
-				b.localCopy(ti, leader, c.Box)
-			} else {
-				src = r.Supplier(j, li)
+				recv[0] = sl.Ranks[li]
 			}
-			ds = append(ds, delivery{j: j, chunks: Chunks(c.Box, elem, b.s.ChunkBytes), src: src, leader: leader, local: local, hops: hops})
+			chunks := Chunks(c.Box, elem, b.s.ChunkBytes)
+			// One delivery per run of the ring from a domain with a holder
+			// (or from the entry) up to the next domain with one.
+			for start := 0; start < q; {
+				end := start + 1
+				for end < q && !held[end] {
+					end++
+				}
+				var hops []hop
+				for step := start; step < end; step++ {
+					if step+1 < end {
+						hops = append(hops, hop{recv[step], recv[step+1]})
+					}
+					for _, i := range h.at(e, step) {
+						d := sl.Ranks[i]
+						switch {
+						case d == recv[step]:
+						case local && r.SrcSlotOf(d) == c.Src:
+							b.localCopy(ti, d, c.Box)
+						default:
+							hops = append(hops, hop{recv[step], d})
+						}
+					}
+				}
+				leader := recv[start]
+				src := leader
+				if local {
+					b.localCopy(ti, leader, c.Box)
+				} else {
+					src = r.Supplier(j, li)
+				}
+				ds = append(ds, delivery{j: j, chunks: chunks, src: src, leader: leader, local: local, hops: hops})
+				start = end
+			}
 		}
 	}
 	b.deliver(ti, ds)
+}
+
+// hierHolders returns the ranks among ranks that hold contribution j in
+// their input: the replicas of its source slot.
+func hierHolders(r *Regions, j int, ranks []int) []int {
+	var out []int
+	for _, d := range ranks {
+		if r.SrcSlotOf(d) == r.Contribs[j].Src {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // hierSlot is a destination slot's replicas grouped by NVLink domain, as
