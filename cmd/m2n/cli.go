@@ -69,12 +69,15 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}
-	fmt.Fprintf(stderr, "m2n: %v\n", err)
+	// The message is the last line, for scripts that keep only that; a
+	// usage error's hint comes before it.
 	var ue usageError
 	if errors.As(err, &ue) {
 		fmt.Fprintln(stderr, "run 'm2n help' for usage")
+		fmt.Fprintf(stderr, "m2n: %v\n", err)
 		return exitUsage
 	}
+	fmt.Fprintf(stderr, "m2n: %v\n", err)
 	var ec exitCoder
 	if errors.As(err, &ec) {
 		return ec.ExitCode()
@@ -243,9 +246,19 @@ func encodeFileAtomic(flag, path string, encode func(io.Writer) error) error {
 var version = "dev"
 
 func runVersion(_ context.Context, e *env, args []string) error {
-	fs := newFlags(e, "version", "", "Print the version of m2n.")
-	if _, err := fs.parse(args); err != nil {
+	fs := newFlags(e, "version", "[--json]", "Print the version of m2n.")
+	asJSON := fs.Bool("json", false, `print {"version": VERSION} on stdout`)
+	pos, err := fs.parse(args)
+	if err != nil {
 		return err
+	}
+	if len(pos) > 0 {
+		return usagef("version takes no arguments, got %s", strings.Join(pos, " "))
+	}
+	if *asJSON {
+		return printJSON(e.stdout, struct {
+			Version string `json:"version"`
+		}{version})
 	}
 	fmt.Fprintf(e.stdout, "m2n %s\n", version)
 	return nil

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"strings"
 
 	"github.com/m2n-project/m2n/evaluate"
@@ -26,8 +27,8 @@ func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 func (sel *selection) register(fs *flags) {
-	fs.StringVar(&sel.routes, "route", "", "routes to plan, comma-separated (default: the scenario's, else all of "+strings.Join(plan.Routes, ", ")+")")
-	fs.Var(&sel.points, "point", "only sweep points with this coordinate, as name=value (repeatable)")
+	fs.Var((*routeList)(&sel.routes), "route", "`list` of routes to plan, comma-separated (default: the scenario's, else all of "+strings.Join(plan.Routes, ", ")+")")
+	fs.Var(&sel.points, "point", "only sweep points with this coordinate, as name=value (repeatable: a sweep named twice selects both values)")
 	fs.StringVar(&sel.chunk, "chunk", "", "pipelining chunk size, e.g. \"4 MiB\" (default: the scenario's, else 4 MiB)")
 	fs.StringVar(&sel.stagingCap, "staging-cap", "", "staging memory per GPU a schedule may use, e.g. \"2 GiB\"; staging is reused once consumed (default: 0, no cap)")
 	fs.Float64Var(&sel.scale, "scale", 1, "shrink dim 0 of every tensor by this factor in (0, 1], to fit small machines")
@@ -59,7 +60,7 @@ func (sel *selection) resolve(sc *scenario.Scenario) ([]*scenario.Point, error) 
 	}
 	var out []*scenario.Point
 	for _, p := range all {
-		ok, err := p.Match(sel.points)
+		ok, err := matchPoints(p, sel.points)
 		if err != nil {
 			return nil, usageError{err.Error()}
 		}
@@ -73,8 +74,8 @@ func (sel *selection) resolve(sc *scenario.Scenario) ([]*scenario.Point, error) 
 		}
 		out = append(out, p)
 	}
-	if len(out) == 0 {
-		return nil, usagef("--point %s matches no sweep point", sel.points.String())
+	if f := unmatchedPoint(all, sel.points); f != "" || len(out) == 0 {
+		return nil, usagef("--point %s matches no sweep point", cmp.Or(f, sel.points.String()))
 	}
 	return out, nil
 }
