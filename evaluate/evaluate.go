@@ -120,6 +120,10 @@ type Options struct {
 	// every rank on one GPU that copies at this rate (read+write). The SOL
 	// stays the bound on the point's cluster.
 	LoopbackMemory units.Bandwidth
+	// Progress, if set, follows the simulation (as sim.Options.Progress,
+	// which it replaces) with the schedule's SOL bound: an estimate of the
+	// makespan, for a progress bar. It changes nothing in the record.
+	Progress func(p sim.Progress, sol units.Time)
 }
 
 // Build plans a route at a sweep point.
@@ -173,6 +177,9 @@ func Schedule(s *ir.Schedule, tp *topo.Topology, opt Options) (Record, *sim.Resu
 		mtp.Memory = opt.LoopbackMemory
 		sopt.Loopback = true
 		rec.ModeledOn = fmt.Sprintf("one GPU at %.0f GB/s", opt.LoopbackMemory.GBps())
+	}
+	if opt.Progress != nil {
+		sopt.Progress = func(p sim.Progress) { opt.Progress(p, sol.Time) }
 	}
 	res, err := sim.Run(s, mtp, sopt)
 	if err != nil {

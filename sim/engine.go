@@ -24,9 +24,25 @@ type Options struct {
 	Loopback bool
 	// Timeline records each op's start and end.
 	Timeline bool
-	// Progress, if set, is called now and then with ops done and ops total.
-	Progress func(done, total int)
+	// Progress, if set, is told how far the simulation has come: once
+	// before the first event, then every 4096 batches of
+	// simultaneous events, and once at the end. Its reports are monotone
+	// (simulated time and ops done never go back), it is never called
+	// concurrently, and it changes nothing in the result.
+	Progress func(Progress)
 }
+
+// Progress is how far a simulation has come.
+type Progress struct {
+	Now     units.Time // the simulated time reached
+	OpsDone int        // ops completed
+	Ops     int        // ops of the schedule
+	Events  int64      // flow starts plus flow ends so far
+}
+
+// progressEvery is how many batches of simultaneous events pass between
+// two calls of Options.Progress (a variable for the tests).
+var progressEvery = 4096
 
 // Resource classes.
 const (
@@ -282,7 +298,8 @@ func (e *engine) run() (*Result, error) {
 			e.opReady(i)
 		}
 	}
-	for e.events.Len() > 0 {
+	e.progress()
+	for batch := 1; e.events.Len() > 0; batch++ {
 		t := e.events.q[0].at
 		e.now = t
 		for e.events.Len() > 0 && e.events.q[0].at == t {
@@ -298,10 +315,11 @@ func (e *engine) run() (*Result, error) {
 			}
 		}
 		e.rebalance()
-		if e.opt.Progress != nil && e.result.Events%4096 == 0 {
-			e.opt.Progress(e.done, int(n))
+		if batch%progressEvery == 0 {
+			e.progress()
 		}
 	}
+	e.progress()
 	if e.done != int(n) {
 		return nil, fmt.Errorf("%w: %d of %d ops never ran (a dependency cycle through a send/recv pair?)", ErrDeadlock, int(n)-e.done, n)
 	}
@@ -335,6 +353,13 @@ func (e *engine) run() (*Result, error) {
 		r.FlowLat[i], r.FlowOps[i] = f.lat, f.ops
 	}
 	return r, nil
+}
+
+// progress reports how far the simulation has come, if asked to.
+func (e *engine) progress() {
+	if e.opt.Progress != nil {
+		e.opt.Progress(Progress{Now: e.now, OpsDone: e.done, Ops: len(e.s.Ops), Events: e.result.Events})
+	}
 }
 
 // opReady handles an op whose dependencies are all met.

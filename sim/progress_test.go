@@ -1,0 +1,47 @@
+package sim
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/m2n-project/m2n/plan"
+)
+
+// Options.Progress is called at the start, along the way and at the end,
+// with monotone reports, and changes nothing in the result.
+func TestProgress(t *testing.T) {
+	s, err := plan.Build(paper(4), nvl72(2), plan.Options{Route: plan.Hierarchical, ChunkBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func(n int) { progressEvery = n }(progressEvery)
+	progressEvery = 16
+	var got []Progress
+	with, err := Run(s, nvl72(2), Options{Timeline: true, Progress: func(p Progress) { got = append(got, p) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	without, err := Run(s, nvl72(2), Options{Timeline: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(with, without) {
+		t.Fatal("the result differs with a progress callback")
+	}
+	if len(got) < 3 {
+		t.Fatalf("%d progress reports, want the first, some along the way, and the last", len(got))
+	}
+	if first := got[0]; first.Now != 0 || first.OpsDone != 0 || first.Ops != len(s.Ops) {
+		t.Errorf("first report %+v", first)
+	}
+	for i := 1; i < len(got); i++ {
+		a, b := got[i-1], got[i]
+		if b.Now < a.Now || b.OpsDone < a.OpsDone || b.Events < a.Events || b.Ops != a.Ops {
+			t.Fatalf("report %d goes back: %+v after %+v", i, b, a)
+		}
+	}
+	if last := got[len(got)-1]; last.Now != with.Makespan || last.OpsDone != len(s.Ops) || last.Events != with.Events {
+		t.Errorf("last report %+v, want makespan %v, %d ops, %d events", last, with.Makespan, len(s.Ops), with.Events)
+	}
+	t.Logf("%d reports over %d events", len(got), with.Events)
+}
