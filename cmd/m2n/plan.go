@@ -35,6 +35,7 @@ of each route; print a summary of both.`)
 	if err != nil {
 		return err
 	}
+	defer sel.showProgress(e, points, *asJSON || *check)()
 	if *irFile != "" {
 		n := 0
 		for _, p := range points {

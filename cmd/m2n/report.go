@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -49,18 +47,12 @@ their old versions together.`)
 	if err != nil {
 		return err
 	}
-	// A progress line on a terminal, rewritten in place and cleared at the
-	// end; nothing when stderr is a file or a pipe.
-	var progress func(done, total int, j simJob)
-	if isTerminal(e.stderr) {
-		progress = func(done, total int, j simJob) {
-			fmt.Fprintf(e.stderr, "\r\x1b[Km2n report: simulated %d of %d (%s, %s)", done, total, j.point.Label(), j.route)
-		}
-	}
-	recs, err := simulateAll(ctx, jobs, &sel, sim.Options{Ideal: *ideal}, progress)
-	if progress != nil {
-		fmt.Fprint(e.stderr, "\r\x1b[K")
-	}
+	// A counter of the simulations and a line per running one on a
+	// terminal; nothing when stderr is a file or a pipe, or with --json.
+	pr := newProgress(e, "report", "simulations", len(jobs), *asJSON)
+	defer pr.close()
+	recs, err := simulateAll(ctx, jobs, &sel, sim.Options{Ideal: *ideal}, pr)
+	pr.close()
 	if err != nil {
 		return err
 	}
@@ -82,41 +74,29 @@ their old versions together.`)
 	return nil
 }
 
-// isTerminal reports whether w is a terminal (a character device).
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
-
 // simulateAll runs the jobs on as many workers as there are CPUs and
 // returns their records in job order. On a failure it starts no more jobs
 // and returns the error of the first failed job in job order, which does
 // not depend on timing: every job before it was started, and ran to its
-// end. progress, if set, is called after each job, never concurrently.
-func simulateAll(ctx context.Context, jobs []simJob, sel *selection, opt sim.Options, progress func(done, total int, j simJob)) ([]evaluate.Record, error) {
+// end. Each job is a task of pr.
+func simulateAll(ctx context.Context, jobs []simJob, sel *selection, opt sim.Options, pr progress) ([]evaluate.Record, error) {
 	recs := make([]evaluate.Record, len(jobs))
 	errs := make([]error, len(jobs))
 	next := make(chan int)
 	var mu sync.Mutex
-	done, failed := 0, false
+	failed := false
 	var wg sync.WaitGroup
 	for range min(runtime.GOMAXPROCS(0), len(jobs)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				rec, _, _, err := jobs[i].run(sel, opt)
+				t := pr.task(jobs[i].label())
+				rec, _, _, err := jobs[i].run(sel, opt, t)
+				t.done()
 				mu.Lock()
 				recs[i], errs[i] = rec, err
 				failed = failed || err != nil
-				done++
-				if progress != nil && err == nil {
-					progress(done, len(jobs), jobs[i])
-				}
 				mu.Unlock()
 			}
 		}()

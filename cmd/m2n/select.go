@@ -19,6 +19,7 @@ type selection struct {
 	chunk      string
 	stagingCap string
 	scale      float64
+	shown      *planProgress // m2n plan's progress display; nil for none
 }
 
 type multiFlag []string
@@ -138,5 +139,7 @@ func (sel *selection) build(p *scenario.Point, route string) (*ir.Schedule, erro
 	if err != nil {
 		return nil, err
 	}
+	t := sel.shown.task(taskLabel(p, route))
+	defer t.done()
 	return evaluate.Build(p, opt)
 }

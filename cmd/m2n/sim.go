@@ -60,12 +60,18 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 	if (*trace != "" || *flowsOut != "") && len(jobs) != 1 {
 		return usagef("--trace and --flows write one simulation, but %d would run; pick one with --route and --point", len(jobs))
 	}
+	// A counter of the simulations and a line for the running one on a
+	// terminal; nothing when stderr is a file or a pipe, or with --json.
+	pr := newProgress(e, "sim", "simulations", len(jobs), *asJSON)
+	defer pr.close()
 	var recs []evaluate.Record
 	for _, j := range jobs {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		rec, s, res, err := j.run(&sel, opt)
+		t := pr.task(j.label())
+		rec, s, res, err := j.run(&sel, opt, t)
+		t.done()
 		if err != nil {
 			return err
 		}
@@ -81,6 +87,7 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 			}
 		}
 	}
+	pr.close()
 	if *asJSON {
 		return printJSON(e.stdout, reports.SimJSON(scName, tpName, recs))
 	}
@@ -142,10 +149,15 @@ func irJob(path, preset string) (simJob, error) {
 	return simJob{sched: s, tp: tp, route: s.Route}, nil
 }
 
-// run evaluates the job.
-func (j simJob) run(sel *selection, opt sim.Options) (evaluate.Record, *ir.Schedule, *sim.Result, error) {
+// label names the job on the progress display.
+func (j simJob) label() string {
+	return taskLabel(j.point, j.route)
+}
+
+// run evaluates the job; its simulation moves t along.
+func (j simJob) run(sel *selection, opt sim.Options, t task) (evaluate.Record, *ir.Schedule, *sim.Result, error) {
 	if j.point == nil {
-		rec, res, err := evaluate.Schedule(j.sched, j.tp, evaluate.Options{Sim: opt})
+		rec, res, err := evaluate.Schedule(j.sched, j.tp, evaluate.Options{Sim: opt, Progress: t.sim})
 		if err != nil {
 			return rec, nil, nil, fmt.Errorf("route %s: %w", j.route, err)
 		}
@@ -155,5 +167,5 @@ func (j simJob) run(sel *selection, opt sim.Options) (evaluate.Record, *ir.Sched
 	if err != nil {
 		return evaluate.Record{}, nil, nil, err
 	}
-	return evaluate.Point(j.point, popt, evaluate.Options{Sim: opt, References: j.refs})
+	return evaluate.Point(j.point, popt, evaluate.Options{Sim: opt, References: j.refs, Progress: t.sim})
 }
