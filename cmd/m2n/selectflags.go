@@ -28,16 +28,16 @@ func (r *routeList) Set(v string) error {
 // each sweep named, its value is one of the values given (repeating a
 // name selects the union of its values), and every sweep named must match.
 func matchPoints(p *scenario.Point, filters []string) (bool, error) {
-	any := map[string]bool{} // per sweep name: some value matched
+	hit := map[string]bool{} // per sweep name: some value matched
 	for _, f := range filters {
 		ok, err := p.Match([]string{f})
 		if err != nil {
 			return false, err
 		}
 		name, _, _ := strings.Cut(f, "=")
-		any[name] = any[name] || ok
+		hit[name] = hit[name] || ok
 	}
-	for _, ok := range any {
+	for _, ok := range hit {
 		if !ok {
 			return false, nil
 		}
