@@ -31,6 +31,10 @@ of each route; print a summary of both.`)
 	if err != nil {
 		return err
 	}
+	fileOnStdout, err := toStdout(*asJSON, "--ir", *irFile)
+	if err != nil {
+		return err
+	}
 	sc, points, err := sel.load(pos)
 	if err != nil {
 		return err
@@ -91,11 +95,13 @@ of each route; print a summary of both.`)
 		}
 	}
 	if *irFile != "" {
-		if err := encodeFileAtomic("--ir", *irFile, func(w io.Writer) error { return ir.Encode(w, irSchedules[0]) }); err != nil {
+		if err := encodeFileAtomic(e.stdout, "--ir", *irFile, func(w io.Writer) error { return ir.Encode(w, irSchedules[0]) }); err != nil {
 			return err
 		}
 	}
-	if *asJSON {
+	if fileOnStdout {
+		// stdout holds the schedule alone
+	} else if *asJSON {
 		if err := printJSON(e.stdout, out); err != nil {
 			return err
 		}
