@@ -91,7 +91,7 @@ func TestGolden(t *testing.T) {
 // plan --ir writes a schedule that verify reads back and executes exactly.
 func TestIRRoundTrip(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.json")
-	if _, stderr, code := run(t, "plan", "--route", "hierarchical", "--point", "rho=4", "--scale", "0.03125", "--ir", path, "paper-ffn-moe"); code != 0 {
+	if _, stderr, code := run(t, "plan", "--route", "hierarchical", "--point", "rho=4", "--scale", "0.0078125", "--ir", path, "paper-ffn-moe"); code != 0 {
 		t.Fatalf("plan --ir: exit %d: %s", code, stderr)
 	}
 	stdout, stderr, code := run(t, "verify", "--exec", path)
