@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -29,5 +30,17 @@ func TestPlanCheckStreams(t *testing.T) {
 	}
 	if checks != 4 || strings.Count(o.String(), " exact\n") != 4 {
 		t.Errorf("%d checks; stdout:\n%s", checks, o.String())
+	}
+}
+
+// verify --exec --json prints wrong_bytes when it is 0, as docs/cli.md says.
+func TestVerifyJSONWrongBytes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.json")
+	if _, stderr, code := run(t, "plan", "--ir", path, "--route", "agbcast", "testdata/scenarios/uneven.toml"); code != 0 {
+		t.Fatalf("plan --ir: exit %d: %s", code, stderr)
+	}
+	stdout, stderr, code := run(t, "verify", "--exec", "--json", path)
+	if code != 0 || !strings.Contains(stdout, `"checked_bytes": 840,`) || !strings.Contains(stdout, `"wrong_bytes": 0`) {
+		t.Errorf("verify --exec --json: exit %d, stderr %s\n%s", code, stderr, stdout)
 	}
 }
