@@ -56,12 +56,19 @@ purity: ## the planner, simulator, evaluation, models and reports build without 
 bench: ## run the Go benchmarks
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
-fuzz: ## run every fuzz target for FUZZTIME each (default 30s)
-	@set -e; for pkg in $$($(GO) list ./...); do \
-	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz' || true); do \
-	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+fuzz: ## run every fuzz target for FUZZTIME each (default 30s); a failure does not stop the others, and all failures are named at the end
+	@failed=""; \
+	for pkg in $$($(GO) list ./...); do \
+	  if ! fs=$$($(GO) test -list '^Fuzz' $$pkg 2>&1); then \
+	    echo "$$fs"; echo "== $$pkg: cannot list its fuzz targets"; failed="$$failed $$pkg"; continue; \
+	  fi; \
+	  for f in $$(echo "$$fs" | grep '^Fuzz' || true); do \
+	    echo "== $$pkg $$f"; \
+	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || failed="$$failed $$pkg.$$f"; \
 	  done; \
-	done
+	done; \
+	if [ -n "$$failed" ]; then echo "make fuzz: failed:$$failed"; exit 1; fi; \
+	echo "make fuzz: every target passed"
 
 clean: ## remove build outputs
 	rm -rf bin out

@@ -41,7 +41,10 @@ type fakeOp struct {
 }
 
 func newFake(devices int, seed uint64) *fakeGPU {
-	f := &fakeGPU{rng: rand.New(rand.NewPCG(seed, 1)), devMem: 64 << 20, devOf: map[handle]int{}, inFly: map[[3]int][][]byte{}, nextH: 1}
+	// 4 MiB a device: the random schedules need a few KiB (the executor
+	// asks for an eighth of it free besides), and a large fake memory only
+	// costs the tests time and host memory.
+	f := &fakeGPU{rng: rand.New(rand.NewPCG(seed, 1)), devMem: 4 << 20, devOf: map[handle]int{}, inFly: map[[3]int][][]byte{}, nextH: 1}
 	f.mem = make([]byte, int64(devices)*f.devMem)
 	f.next = make([]int64, devices)
 	return f

@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/m2n-project/m2n/model/scenario"
@@ -60,9 +61,12 @@ type PlanRoute struct {
 	MaxEgress       ClassBytes     `json:"max_egress_bytes"`
 	MaxIngress      ClassBytes     `json:"max_ingress_bytes"`
 	StagingBytesMax int64          `json:"staging_bytes_max"`
-	Verified        *bool          `json:"verified,omitempty"`
-	CheckedBytes    int64          `json:"checked_bytes,omitempty"`
-	WrongBytes      int64          `json:"wrong_bytes,omitempty"`
+	// With --check: verified, checked_bytes and wrong_bytes where the
+	// check ran; skipped, why not, where it did not.
+	Verified     *bool  `json:"verified,omitempty"`
+	CheckedBytes *int64 `json:"checked_bytes,omitempty"`
+	WrongBytes   *int64 `json:"wrong_bytes,omitempty"`
+	Skipped      string `json:"skipped,omitempty"`
 
 	Label string `json:"-"` // the point's label
 }
@@ -107,6 +111,30 @@ func NewPlanRoute(p *scenario.Point, s *ir.Schedule) PlanRoute {
 // WritePlanTable writes the text tables of `m2n plan`: the regions of each
 // tensor, and the schedule of each route, with the host check when one ran.
 func WritePlanTable(w io.Writer, out PlanOutput, check bool) error {
+	if err := WritePlanRegions(w, out); err != nil {
+		return err
+	}
+	head, rows := PlanScheduleRows(out, check)
+	if check {
+		head += "check"
+	}
+	if _, err := fmt.Fprintln(w, head); err != nil {
+		return err
+	}
+	for i, row := range rows {
+		if check {
+			row += PlanCheckCell(out.Routes[i])
+		}
+		if _, err := fmt.Fprintln(w, row); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WritePlanRegions writes what `m2n plan` prints before the rows of its
+// schedules table: the regions table, and the title of the schedules.
+func WritePlanRegions(w io.Writer, out PlanOutput) error {
 	fmt.Fprintf(w, "scenario %s: %s\n\nregions\n", out.Scenario, out.Description)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "point\ttensor\tunique\tneed/dst rank\tregions\ttransfers\tlocal\tegress/src rank\tdigest")
@@ -119,28 +147,46 @@ func WritePlanTable(w io.Writer, out PlanOutput, check bool) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "\nschedules (bytes by path: network / NVLink / local copies)\n")
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	head := "point\troute\tops\ttransfers\tnetwork\tnvlink\tlocal\tmax net egress\tmax net ingress\tmax nvlink egress\tmax staging"
+	_, err := fmt.Fprintf(w, "\nschedules (bytes by path: network / NVLink / local copies)\n")
+	return err
+}
+
+// PlanScheduleRows renders the schedules table of `m2n plan`, aligned,
+// without its check column: the header and one row per route, without
+// newlines. With check, each ends padded to where the check column starts,
+// so that a caller can print a row as its check ends, followed by
+// [PlanCheckCell].
+func PlanScheduleRows(out PlanOutput, check bool) (head string, rows []string) {
+	var buf strings.Builder
+	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
+	end := "\n"
 	if check {
-		head += "\tcheck"
+		end = "\t\n" // an empty last cell pads the one before it
 	}
-	fmt.Fprintln(tw, head)
+	fmt.Fprint(tw, "point\troute\tops\ttransfers\tnetwork\tnvlink\tlocal\tmax net egress\tmax net ingress\tmax nvlink egress\tmax staging"+end)
+	h := func(v int64) string { return units.Bytes(v).Human() }
 	for _, r := range out.Routes {
-		h := func(v int64) string { return units.Bytes(v).Human() }
-		line := fmt.Sprintf("%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s", r.Label, r.Route, r.Ops, r.Transfers,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s"+end, r.Label, r.Route, r.Ops, r.Transfers,
 			h(r.Bytes.Network), h(r.Bytes.NVLink), h(r.Bytes.Local),
 			h(r.MaxEgress.Network), h(r.MaxIngress.Network), h(r.MaxEgress.NVLink), h(r.StagingBytesMax))
-		if r.Verified != nil {
-			if *r.Verified {
-				line += fmt.Sprintf("\tok, %s exact", h(r.CheckedBytes))
-			} else {
-				line += fmt.Sprintf("\t%d WRONG bytes", r.WrongBytes)
-			}
-		}
-		fmt.Fprintln(tw, line)
 	}
-	return tw.Flush()
+	tw.Flush() // a strings.Builder does not fail
+	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	return lines[0], lines[1:]
+}
+
+// PlanCheckCell is the check column of a route: the bytes checked, the
+// wrong bytes, or why the check was skipped; "" when none ran.
+func PlanCheckCell(r PlanRoute) string {
+	switch {
+	case r.Skipped != "":
+		return "skipped: " + r.Skipped
+	case r.Verified == nil:
+		return ""
+	case *r.Verified:
+		return fmt.Sprintf("ok, %s exact", units.Bytes(*r.CheckedBytes).Human())
+	}
+	return fmt.Sprintf("%d WRONG bytes", *r.WrongBytes)
 }
 
 // span writes a min..max byte range, or one value when they are equal.

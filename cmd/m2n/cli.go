@@ -229,14 +229,14 @@ func oneScenarioArg(pos []string) (string, error) {
 	return "", usagef("want one scenario, got %d arguments: %s", len(pos), strings.Join(pos, " "))
 }
 
-// encodeFileAtomic writes what encode writes to path, atomically;
-// errors name the flag that chose the path.
-func encodeFileAtomic(flag, path string, encode func(io.Writer) error) error {
+// encodeFileAtomic writes what encode writes to path as atomicfile.Write
+// does ("-" is stdout); errors name the flag that chose the path.
+func encodeFileAtomic(stdout io.Writer, flag, path string, encode func(io.Writer) error) error {
 	var buf bytes.Buffer
 	if err := encode(&buf); err != nil {
 		return err
 	}
-	if err := atomicfile.Write(path, buf.Bytes()); err != nil {
+	if err := atomicfile.Write(path, buf.Bytes(), stdout); err != nil {
 		return fmt.Errorf("%s: %w", flag, err)
 	}
 	return nil

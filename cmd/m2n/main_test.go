@@ -40,6 +40,9 @@ func TestGolden(t *testing.T) {
 		{"bad-shard-dim", []string{"plan", "testdata/scenarios/bad-shard-dim.toml"}},
 		{"two-scenarios", []string{"plan", "a.toml", "b.toml"}},
 		{"plan-uneven-check", []string{"plan", "--check", "testdata/scenarios/uneven.toml"}},
+		{"plan-uneven-check-json", []string{"plan", "--check", "--json", "--route", "flat", "testdata/scenarios/uneven.toml"}},
+		{"plan-check-skipped", []string{"plan", "--check", "--route", "flat,hierarchical", "--point", "rho=2", "paper-ffn-moe"}},
+		{"plan-check-skipped-json", []string{"plan", "--check", "--json", "--route", "flat", "--point", "rho=2", "paper-ffn-moe"}},
 		{"plan-ir-needs-one", []string{"plan", "--ir", "x.json", "paper-ffn-moe"}},
 		{"plan-unknown-route", []string{"plan", "--route", "teleport", "paper-ffn-moe"}},
 		{"plan-bad-chunk", []string{"plan", "--chunk", "0 B", "paper-ffn-moe"}},
@@ -88,7 +91,7 @@ func TestGolden(t *testing.T) {
 // plan --ir writes a schedule that verify reads back and executes exactly.
 func TestIRRoundTrip(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.json")
-	if _, stderr, code := run(t, "plan", "--route", "hierarchical", "--point", "rho=4", "--scale", "0.03125", "--ir", path, "paper-ffn-moe"); code != 0 {
+	if _, stderr, code := run(t, "plan", "--route", "hierarchical", "--point", "rho=4", "--scale", "0.0078125", "--ir", path, "paper-ffn-moe"); code != 0 {
 		t.Fatalf("plan --ir: exit %d: %s", code, stderr)
 	}
 	stdout, stderr, code := run(t, "verify", "--exec", path)

@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"math"
+	"runtime/debug"
 
+	"github.com/m2n-project/m2n/model/units"
 	"github.com/m2n-project/m2n/plan"
 	"github.com/m2n-project/m2n/plan/hostexec"
 	"github.com/m2n-project/m2n/plan/ir"
@@ -17,6 +21,9 @@ type checkFailed struct{ msg string }
 func (e checkFailed) Error() string { return e.msg }
 func (checkFailed) ExitCode() int   { return exitMismatch }
 
+// hostRun is hostexec.Run; a variable so that tests can watch the checks.
+var hostRun = hostexec.Run
+
 func runPlan(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "plan", "[flags] [SCENARIO]",
 		`Derive, for every tensor and sweep point, the exact regions each destination
@@ -28,6 +35,10 @@ of each route; print a summary of both.`)
 	var sel selection
 	sel.register(fs)
 	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	fileOnStdout, err := toStdout(*asJSON, "--ir", *irFile)
 	if err != nil {
 		return err
 	}
@@ -50,8 +61,10 @@ of each route; print a summary of both.`)
 		}
 	}
 	out := reports.PlanOutput{Scenario: sc.Name, Description: sc.Description, Tensors: []reports.PlanTensor{}, Routes: []reports.PlanRoute{}}
-	var irSchedules []*ir.Schedule
-	failed := 0
+	// Every schedule is built (fast) before any is checked (slow), so that
+	// the table's columns are known and each check's row can be printed as
+	// it ends.
+	var scheds []*ir.Schedule // with --check or --ir
 	for _, p := range points {
 		for _, t := range p.Tensors {
 			r, err := plan.Derive(t.Src, t.Dst)
@@ -72,39 +85,86 @@ of each route; print a summary of both.`)
 			if err != nil {
 				return err
 			}
-			rec := reports.NewPlanRoute(p, s)
-			if *check {
-				res, err := hostexec.Run(s, hostexec.Options{Seed: 1})
-				if err != nil {
-					return fmt.Errorf("point %s, route %s: --check: %w", p.Label(), route, err)
-				}
-				ok := res.Wrong == 0
-				rec.Verified, rec.CheckedBytes, rec.WrongBytes = &ok, res.Bytes, res.Wrong
-				if !ok {
-					failed++
-					fmt.Fprintf(e.stderr, "m2n: point %s, route %s: %d wrong bytes; first: %s\n", p.Label(), route, res.Wrong, res.FirstWrong)
-				}
+			out.Routes = append(out.Routes, reports.NewPlanRoute(p, s))
+			if *check || *irFile != "" {
+				scheds = append(scheds, s)
 			}
-			out.Routes = append(out.Routes, rec)
-			if *irFile != "" {
-				irSchedules = append(irSchedules, s)
+		}
+	}
+	table := !fileOnStdout && !*asJSON
+	failed := 0
+	if *check {
+		// A check holds up to the executor's limit in buffers; a soft
+		// memory limit a little above it (unless GOMEMLIMIT sets one) keeps
+		// the garbage of one check from doubling the peak.
+		if prev := debug.SetMemoryLimit(-1); prev == math.MaxInt64 {
+			debug.SetMemoryLimit(hostexec.DefaultMaxBytes + 512<<20)
+			defer debug.SetMemoryLimit(prev)
+		}
+		var head string
+		var rows []string
+		if table {
+			if err := reports.WritePlanRegions(e.stdout, out); err != nil {
+				return err
+			}
+			head, rows = reports.PlanScheduleRows(out, true)
+			fmt.Fprintln(e.stdout, head+"check")
+		}
+		for i := range out.Routes {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			rec := &out.Routes[i]
+			wrong, err := checkSchedule(rec, scheds[i])
+			if err != nil {
+				return fmt.Errorf("point %s, route %s: --check: %w", rec.Label, rec.Route, err)
+			}
+			if wrong != "" {
+				failed++
+				fmt.Fprintf(e.stderr, "m2n: point %s, route %s: %d wrong bytes; first: %s\n", rec.Label, rec.Route, *rec.WrongBytes, wrong)
+			}
+			if table {
+				fmt.Fprintln(e.stdout, rows[i]+reports.PlanCheckCell(*rec))
 			}
 		}
 	}
 	if *irFile != "" {
-		if err := encodeFileAtomic("--ir", *irFile, func(w io.Writer) error { return ir.Encode(w, irSchedules[0]) }); err != nil {
+		if err := encodeFileAtomic(e.stdout, "--ir", *irFile, func(w io.Writer) error { return ir.Encode(w, scheds[0]) }); err != nil {
 			return err
 		}
 	}
-	if *asJSON {
+	switch {
+	case *asJSON:
 		if err := printJSON(e.stdout, out); err != nil {
 			return err
 		}
-	} else if err := reports.WritePlanTable(e.stdout, out, *check); err != nil {
-		return err
+	case table && !*check: // with --check, printed as the checks ran
+		if err := reports.WritePlanTable(e.stdout, out, false); err != nil {
+			return err
+		}
 	}
 	if failed > 0 {
 		return checkFailed{fmt.Sprintf("--check: %d schedules delivered wrong bytes", failed)}
 	}
 	return nil
+}
+
+// checkSchedule runs a schedule on the host reference executor and records
+// the result in rec: verified, with the bytes checked and wrong, or skipped,
+// with why, when its buffers exceed the executor's limit. It returns where
+// the first wrong byte is, if any.
+func checkSchedule(rec *reports.PlanRoute, s *ir.Schedule) (firstWrong string, err error) {
+	res, err := hostRun(s, hostexec.Options{Seed: 1})
+	var tl *hostexec.TooLargeError
+	if errors.As(err, &tl) {
+		rec.Skipped = fmt.Sprintf("buffers need %s, over the host executor's %s limit; shrink with --scale",
+			units.Bytes(tl.Need).Human(), units.Bytes(tl.Limit).Human())
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	ok := res.Wrong == 0
+	rec.Verified, rec.CheckedBytes, rec.WrongBytes = &ok, &res.Bytes, &res.Wrong
+	return res.FirstWrong, nil
 }

@@ -39,6 +39,9 @@ their old versions together.`)
 	if *outDir == "" {
 		return usagef("report: -o DIR is required: the folder to write the report into")
 	}
+	if *outDir == atomicfile.Stdout {
+		return usagef("report: -o -: a report is several files, so it needs a folder, not the standard output")
+	}
 	sc, points, err := sel.load(pos)
 	if err != nil {
 		return err

@@ -34,6 +34,10 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 	if err != nil {
 		return err
 	}
+	fileOnStdout, err := toStdout(*asJSON, "--trace", *trace, "--flows", *flowsOut)
+	if err != nil {
+		return err
+	}
 	opt := sim.Options{Ideal: *ideal, Timeline: *trace != ""}
 	var scName, tpName string
 	var jobs []simJob
@@ -77,17 +81,20 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 		}
 		recs = append(recs, rec)
 		if *trace != "" {
-			if err := encodeFileAtomic("--trace", *trace, func(w io.Writer) error { return sim.WriteTrace(w, s, res) }); err != nil {
+			if err := encodeFileAtomic(e.stdout, "--trace", *trace, func(w io.Writer) error { return sim.WriteTrace(w, s, res) }); err != nil {
 				return err
 			}
 		}
 		if *flowsOut != "" {
-			if err := encodeFileAtomic("--flows", *flowsOut, func(w io.Writer) error { return sim.WriteFlows(w, s, res) }); err != nil {
+			if err := encodeFileAtomic(e.stdout, "--flows", *flowsOut, func(w io.Writer) error { return sim.WriteFlows(w, s, res) }); err != nil {
 				return err
 			}
 		}
 	}
 	pr.close()
+	if fileOnStdout {
+		return nil
+	}
 	if *asJSON {
 		return printJSON(e.stdout, reports.SimJSON(scName, tpName, recs))
 	}

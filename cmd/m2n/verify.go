@@ -19,8 +19,8 @@ type verifyOutput struct {
 	Bytes        reports.ClassBytes `json:"bytes"`
 	Verified     bool               `json:"verified"`
 	Executed     bool               `json:"executed"`
-	CheckedBytes int64              `json:"checked_bytes,omitempty"`
-	WrongBytes   int64              `json:"wrong_bytes,omitempty"`
+	CheckedBytes int64              `json:"checked_bytes"`
+	WrongBytes   int64              `json:"wrong_bytes"`
 }
 
 func runVerify(_ context.Context, e *env, args []string) error {

@@ -11,6 +11,7 @@ package hostexec
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -22,6 +23,23 @@ import (
 
 // DefaultMaxBytes bounds the host memory a run may allocate.
 const DefaultMaxBytes = 4 << 30
+
+// ErrTooLarge is what a [TooLargeError] is: errors.Is(err, ErrTooLarge)
+// tells a schedule refused for its size from a failed run.
+var ErrTooLarge = errors.New("the schedule's buffers exceed the host executor's limit")
+
+// TooLargeError is the error of a run refused before it allocates
+// anything: the schedule's buffers need more than Options.MaxBytes.
+type TooLargeError struct {
+	Need, Limit int64 // bytes
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("the schedule's buffers need %s, more than the host executor's limit of %s; shrink the tensors (m2n's --scale)",
+		units.Bytes(e.Need).Human(), units.Bytes(e.Limit).Human())
+}
+
+func (e *TooLargeError) Unwrap() error { return ErrTooLarge }
 
 // Options configure a run.
 type Options struct {
@@ -86,8 +104,7 @@ func Run(s *ir.Schedule, opt Options) (*Result, error) {
 		total += n
 	}
 	if total > opt.MaxBytes {
-		return nil, fmt.Errorf("the schedule's buffers need %s, more than the host executor's limit of %s; shrink the tensors (m2n's --scale)",
-			units.Bytes(total).Human(), units.Bytes(opt.MaxBytes).Human())
+		return nil, &TooLargeError{Need: total, Limit: opt.MaxBytes}
 	}
 	e := &executor{s: s, bufs: make([][]byte, len(s.Buffers))}
 	// One staging arena per rank, as large as its buffers reach; its buffers
