@@ -591,10 +591,20 @@ func (v *validator) before(w, x int32) bool {
 	if w == s.Ops[x].Match {
 		return false
 	}
-	for _, d := range s.Deps(x) {
-		if d == w {
-			return true
+	// A direct dependency: x's are marked once, however many writers of
+	// what x reads are asked about in turn (a copy that waits on every
+	// chunk's recv).
+	if v.marked != x+1 {
+		if v.direct == nil {
+			v.direct = make([]int32, len(s.Ops))
 		}
+		for _, d := range s.Deps(x) {
+			v.direct[d] = x + 1
+		}
+		v.marked = x + 1
+	}
+	if v.direct[w] == x+1 {
+		return true
 	}
 	v.epoch++
 	stack := v.stack[:0]

@@ -49,6 +49,8 @@ type validator struct {
 	memo    []int32 // per op x, w+1 once x was found to happen before op w
 	seen    []int32 // per op w, x+1 once w was found to happen before op x
 	stamp   []int32 // per op, the epoch it was last visited in before()
+	direct  []int32 // per op d, x+1 once d was found to be a dependency of op x
+	marked  int32   // x+1: the op whose dependencies direct marks
 	epoch   int32
 	// node maps an op to its node in the graph with each send/recv pair
 	// merged (the pair's smaller ID); order ranks the nodes topologically
