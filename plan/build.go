@@ -35,6 +35,10 @@ type Options struct {
 	// staging is reused once consumed, at the cost of more ordering. 0
 	// means unlimited (every staging byte written once).
 	StagingCapBytes int64
+	// MaxOps bounds the ops of the schedule; 0 means DefaultMaxOps. A
+	// schedule that would have more is refused before it is built, from
+	// its chunk counts ([OpsLimitError]).
+	MaxOps int64
 }
 
 // Build plans a schedule that moves every tensor from its source layout to
@@ -46,6 +50,12 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 	}
 	if opt.ChunkBytes < 0 {
 		return nil, fmt.Errorf("chunk size %d: must be positive", opt.ChunkBytes)
+	}
+	if opt.MaxOps == 0 {
+		opt.MaxOps = DefaultMaxOps
+	}
+	if opt.MaxOps < 0 {
+		return nil, fmt.Errorf("ops limit %d: must be positive", opt.MaxOps)
 	}
 	if opt.StagingCapBytes < 0 {
 		return nil, fmt.Errorf("staging cap %d: must be positive, or 0 for none", opt.StagingCapBytes)
@@ -66,7 +76,7 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 	b := newBuilder(tp, opt)
 	var ranks []int
 	for _, t := range tensors {
-		r, err := Derive(t.Src, t.Dst)
+		r, err := derive(t.Src, t.Dst, opt.MaxOps)
 		if err != nil {
 			return nil, fmt.Errorf("tensor %s: %w", t.Name, err)
 		}
@@ -79,6 +89,15 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 		return nil, fmt.Errorf("topology: %w", err)
 	}
 	b.world(ranks)
+	// The ops limit, from the chunk counts, before anything is built.
+	var ops int64
+	for ti := range tensors {
+		if ops = addSat(ops, b.minOps(ti, opt.MaxOps-ops)); ops > opt.MaxOps {
+			return nil, &OpsLimitError{Route: opt.Route, Ops: ops, Limit: opt.MaxOps, Chunk: opt.ChunkBytes}
+		}
+	}
+	b.s.Ops = slices.Grow(b.s.Ops, int(ops))
+	b.s.DepPool = slices.Grow(b.s.DepPool, int(ops))
 	for ti := range tensors {
 		switch opt.Route {
 		case Flat:
@@ -423,7 +442,8 @@ func chunkGrid(g layout.Box, elem, chunkBytes int64) (d int, per, pieces int64) 
 	return d, per, (g.Size[d] + per - 1) / per
 }
 
-// Chunks splits a box into pieces of at most chunkBytes: along the
+// Chunks splits a box into pieces of at most chunkBytes (use [ChunkCount]
+// for only their number): along the
 // outermost dim whose single index fits in a chunk, with every outer dim
 // taken one index at a time. Each piece is contiguous in a row-major array
 // whose inner dims the box spans fully.

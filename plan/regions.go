@@ -128,7 +128,16 @@ func (r *Regions) Needs(rank int) []Need {
 // Cost: linear in the mesh sizes plus the number of contributions (one per
 // overlapping pair of distinct source and destination boxes); it never
 // visits every pair of ranks.
+//
+// A pair of layouts that meet in more than [DefaultMaxOps] contributions is
+// refused with an [*OpsLimitError] before any is built: every contribution
+// is at least one op of any schedule.
 func Derive(src, dst layout.Layout) (*Regions, error) {
+	return derive(src, dst, DefaultMaxOps)
+}
+
+// derive is Derive with a limit on the number of contributions.
+func derive(src, dst layout.Layout, limit int64) (*Regions, error) {
 	if err := src.Validate(); err != nil {
 		return nil, fmt.Errorf("source layout: %w", err)
 	}
@@ -194,20 +203,23 @@ func Derive(src, dst layout.Layout) (*Regions, error) {
 	}
 
 	// First pass: count contributions, to allocate their boxes in one block.
-	total := 0
+	var total int64
 	ranges := make([][2]int, len(dstSlots)*nd)
 	for k, sl := range dstSlots {
-		n := 1
+		n := int64(1)
 		for d := range nd {
 			lo, hi := overlaps(d, sl.Box.Start[d], sl.Box.Start[d]+sl.Box.Size[d])
 			ranges[k*nd+d] = [2]int{lo, hi}
-			n *= hi - lo
+			n = mulSat(n, int64(hi-lo))
 		}
-		total += n
+		total = addSat(total, n)
+	}
+	if total > limit {
+		return nil, &OpsLimitError{Ops: total, Limit: limit}
 	}
 	r.Contribs = make([]Contribution, 0, total)
 	r.dstFirst = make([]int, len(dstSlots)+1)
-	backing := make([]int64, 2*nd*total)
+	backing := make([]int64, 2*int64(nd)*total)
 	cur := make([]int, nd)
 	for k, sl := range dstSlots {
 		r.dstFirst[k] = len(r.Contribs)

@@ -1,7 +1,11 @@
 package plan
 
 import (
+	"errors"
+	"math"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/plan/ir"
@@ -55,4 +59,90 @@ func BenchmarkOneToOne100k(b *testing.B) {
 			}
 		}
 	})
+}
+
+// Inputs whose schedules would be too large are refused from their chunk
+// counts, at once, with the numbers and the flags that change them.
+func TestOpsLimit(t *testing.T) {
+	l := func(shape []int64, dt layout.DType, mesh []int, first int, pl ...layout.Placement) layout.Layout {
+		n := 1
+		for _, m := range mesh {
+			n *= m
+		}
+		return layout.Layout{Shape: shape, DType: dt, Mesh: layout.Mesh{Shape: mesh, Ranks: layout.RankRange(first, n)}, Placements: pl}
+	}
+	paper := paperTensors(2)
+	for _, tc := range []struct {
+		name    string
+		tensors []ir.Tensor
+		opt     Options
+		err     string // "" when it builds
+	}{
+		{"1 B chunk", paper, Options{Route: Flat, ChunkBytes: 1}, "at least 1.5e10 ops at a 1 B chunk (limit 1e7): use a larger --chunk, or raise the limit with --max-ops"},
+		{"2^56 bytes", []ir.Tensor{{Name: "w",
+			Src: l([]int64{1 << 30, 1 << 26}, layout.Int8, []int{16}, 0, layout.S(0)),
+			Dst: l([]int64{1 << 30, 1 << 26}, layout.Int8, []int{2, 8}, 72, layout.R, layout.S(1))}},
+			Options{Route: AGBcast}, "at least 5.1e11 ops at a 4 MiB chunk"},
+		{"1e6 x 1e6 bf16 legacy", []ir.Tensor{{Name: "w",
+			Src: l([]int64{1e6, 1e6}, layout.BF16, []int{16}, 0, layout.S(0)),
+			Dst: l([]int64{1e6, 1e6}, layout.BF16, []int{2, 8}, 72, layout.R, layout.S(1))}},
+			Options{Route: NemoLegacy}, "at least 3e7 ops"},
+		{"regions", []ir.Tensor{{Name: "w",
+			Src: l([]int64{4096, 4096}, layout.Int8, []int{4096}, 0, layout.S(0)),
+			Dst: l([]int64{4096, 4096}, layout.Int8, []int{4096}, 0, layout.S(1))}},
+			Options{Route: Flat}, "layouts meet in 1.6e7 regions, each at least one op (limit 1e7 ops)"},
+		{"limit raised", paper, Options{Route: Flat, ChunkBytes: 1 << 20, MaxOps: 1 << 20}, ""},
+		{"limit lowered", paper, Options{Route: Flat, ChunkBytes: 1 << 20, MaxOps: 1000}, "at least 32768 ops at a 1 MiB chunk (limit 1000)"},
+		{"local copies count once", []ir.Tensor{{Name: "w",
+			Src: l([]int64{1 << 20}, layout.Int8, []int{8}, 0, layout.R),
+			Dst: l([]int64{1 << 20}, layout.Int8, []int{8}, 0, layout.R)}},
+			Options{Route: Flat, ChunkBytes: 1, MaxOps: 8}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t0 := time.Now()
+			s, err := Build(tc.tensors, nvl72(2), tc.opt)
+			if tc.err == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if limit := tc.opt.MaxOps; limit > 0 && int64(len(s.Ops)) > 2*limit {
+					t.Errorf("%d ops, limit %d", len(s.Ops), limit)
+				}
+				return
+			}
+			var le *OpsLimitError
+			if !errors.As(err, &le) || !strings.Contains(err.Error(), tc.err) {
+				t.Fatalf("err = %v, want an OpsLimitError containing %q", err, tc.err)
+			}
+			if d := time.Since(t0); d > time.Second {
+				t.Errorf("refused after %v, want within 1 s", d)
+			}
+		})
+	}
+}
+
+func TestChunkCountComputed(t *testing.T) {
+	for _, tc := range []struct {
+		size       []int64
+		elem, cb   int64
+		want       int64
+		enumerable bool
+	}{
+		{[]int64{256, 2048, 7168}, 2, 4 << 20, 2048, true},
+		{[]int64{16, 256, 7168}, 2, 4 << 20, 16, true},
+		{[]int64{10, 3}, 4, 8, 20, true},
+		{[]int64{7}, 1, 3, 3, true},
+		{[]int64{1 << 30, 1 << 26}, 1, 1, 1 << 56, false},
+		{[]int64{1 << 40, 1 << 40}, 8, 1, math.MaxInt64, false}, // saturates
+	} {
+		g := layout.Box{Start: make([]int64, len(tc.size)), Size: tc.size}
+		if got := ChunkCount(g, tc.elem, tc.cb); got != tc.want {
+			t.Errorf("ChunkCount(%v, %d, %d) = %d, want %d", tc.size, tc.elem, tc.cb, got, tc.want)
+		}
+		if tc.enumerable {
+			if n := len(Chunks(g, tc.elem, tc.cb)); int64(n) != tc.want {
+				t.Errorf("len(Chunks(%v)) = %d, ChunkCount %d", tc.size, n, tc.want)
+			}
+		}
+	}
 }
