@@ -127,6 +127,9 @@ func Parse(origin string, data []byte) (*Scenario, error) {
 // ParseWith reads a scenario document, loading the config.json of a
 // [workload]'s model through load.
 func ParseWith(origin string, data []byte, load ModelLoader) (*Scenario, error) {
+	if err := checkShape(origin, string(data)); err != nil {
+		return nil, err
+	}
 	s := &Scenario{source: string(data), origin: origin, models: models{load: load}}
 	f, md, err := s.decode()
 	if err != nil {
