@@ -116,7 +116,9 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 		}
 	}
 	s := b.finish()
-	if err := s.Validate(); err != nil {
+	if err := s.Validate(); errors.Is(err, ir.ErrTooLarge) {
+		return nil, err
+	} else if err != nil {
 		return nil, fmt.Errorf("route %s built an invalid schedule (a bug in m2n): %w", opt.Route, err)
 	}
 	return s, nil

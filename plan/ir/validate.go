@@ -138,6 +138,8 @@ func (v *validator) structure() error {
 		seen[ti][pos] = true
 		return dup
 	}
+	// Per rank of the world, its own buffers' bytes and its arena's extent.
+	mem, arena := make([]int64, len(s.World)), make([]int64, len(s.World))
 	for i := range s.Buffers {
 		b := &s.Buffers[i]
 		if b.ID != i {
@@ -157,6 +159,22 @@ func (v *validator) structure() error {
 		}
 		if b.InArena && (b.ArenaOffset < 0 || b.ArenaOffset > math.MaxInt64-b.Bytes) {
 			return fmt.Errorf("buffer %d: arena_offset %d out of range", i, b.ArenaOffset)
+		}
+		if end := b.Bytes + b.ArenaOffset; b.Bytes > MaxBufferBytes || (b.InArena && end > MaxBufferBytes) {
+			what := fmt.Sprintf("%d bytes", b.Bytes)
+			if b.InArena {
+				what = fmt.Sprintf("%d bytes at arena offset %d", b.Bytes, b.ArenaOffset)
+			}
+			return fmt.Errorf("buffer %d (%s on rank %d): %s: %w (at most %d bytes, 1 TiB, per buffer)", i, b.Kind, b.Rank, what, ErrTooLarge, MaxBufferBytes)
+		}
+		w := v.world.Pos(b.Rank)
+		if b.InArena {
+			arena[w] = max(arena[w], b.Bytes+b.ArenaOffset)
+		} else {
+			mem[w] += b.Bytes
+		}
+		if n := mem[w] + arena[w]; n > MaxRankBytes { // checked as it grows: no overflow
+			return fmt.Errorf("rank %d: its buffers take at least %d bytes: %w (at most %d bytes, 1 TiB, per rank)", b.Rank, n, ErrTooLarge, MaxRankBytes)
 		}
 		if !b.Placed() {
 			if b.Kind != Staging {
