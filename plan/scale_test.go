@@ -3,11 +3,13 @@ package plan
 import (
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/m2n-project/m2n/model/layout"
+	"github.com/m2n-project/m2n/model/scenario"
 	"github.com/m2n-project/m2n/plan/ir"
 )
 
@@ -144,5 +146,13 @@ func TestChunkCountComputed(t *testing.T) {
 				t.Errorf("len(Chunks(%v)) = %d, ChunkCount %d", tc.size, n, tc.want)
 			}
 		}
+	}
+}
+
+// The scenario reader knows the routes by name without importing the
+// planner; the two lists must agree.
+func TestScenarioRouteNames(t *testing.T) {
+	if !slices.Equal(scenario.RouteNames, Routes) {
+		t.Errorf("scenario.RouteNames = %v, plan.Routes = %v", scenario.RouteNames, Routes)
 	}
 }
