@@ -51,7 +51,13 @@ type validator struct {
 	stamp   []int32 // per op, the epoch it was last visited in before()
 	direct  []int32 // per op d, x+1 once d was found to be a dependency of op x
 	marked  int32   // x+1: the op whose dependencies direct marks
-	epoch   int32
+	// hub[x] is h+1 once a writer was found to happen before op x as a
+	// dependency of op h (x itself, or an op before it); hubDeps marks the
+	// dependencies of op hubMarked-1.
+	hub       []int32
+	hubDeps   []int32
+	hubMarked int32
+	epoch     int32
 	// node maps an op to its node in the graph with each send/recv pair
 	// merged (the pair's smaller ID); order ranks the nodes topologically
 	// (nil when ID order is topological already, as m2n's builders emit).
