@@ -89,6 +89,23 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 		return nil, fmt.Errorf("topology: %w", err)
 	}
 	b.world(ranks)
+	// Buffers no GPU holds, before anything is built: a rank's shard, and
+	// the whole tensor that agbcast and nemo-legacy gather on one rank.
+	for ti, t := range tensors {
+		r := b.regions[ti]
+		need, what := int64(0), ""
+		for _, sl := range append(r.SrcSlots[:len(r.SrcSlots):len(r.SrcSlots)], r.DstSlots...) {
+			if n := sl.Box.Elems() * t.Src.DType.Size(); n > need {
+				need, what = n, "a rank's shard is"
+			}
+		}
+		if opt.Route == AGBcast || opt.Route == NemoLegacy {
+			need, what = t.Src.Bytes(), "route "+opt.Route+" gathers the whole tensor on one rank,"
+		}
+		if need > ir.MaxBufferBytes {
+			return nil, fmt.Errorf("tensor %s: %s %d bytes: %w (at most %d bytes, 1 TiB, per buffer)", t.Name, what, need, ir.ErrTooLarge, ir.MaxBufferBytes)
+		}
+	}
 	// The ops limit, from the chunk counts, before anything is built.
 	var ops int64
 	for ti := range tensors {

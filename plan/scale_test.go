@@ -81,14 +81,10 @@ func TestOpsLimit(t *testing.T) {
 		err     string // "" when it builds
 	}{
 		{"1 B chunk", paper, Options{Route: Flat, ChunkBytes: 1}, "at least 1.5e10 ops at a 1 B chunk (limit 1e7): use a larger --chunk, or raise the limit with --max-ops"},
-		{"2^56 bytes", []ir.Tensor{{Name: "w",
-			Src: l([]int64{1 << 30, 1 << 26}, layout.Int8, []int{16}, 0, layout.S(0)),
-			Dst: l([]int64{1 << 30, 1 << 26}, layout.Int8, []int{2, 8}, 72, layout.R, layout.S(1))}},
-			Options{Route: AGBcast}, "at least 5.1e11 ops at a 4 MiB chunk"},
-		{"1e6 x 1e6 bf16 legacy", []ir.Tensor{{Name: "w",
-			Src: l([]int64{1e6, 1e6}, layout.BF16, []int{16}, 0, layout.S(0)),
-			Dst: l([]int64{1e6, 1e6}, layout.BF16, []int{2, 8}, 72, layout.R, layout.S(1))}},
-			Options{Route: NemoLegacy}, "at least 3e7 ops"},
+		{"1e5 x 1e6 bf16 legacy", []ir.Tensor{{Name: "w",
+			Src: l([]int64{1e5, 1e6}, layout.BF16, []int{16}, 0, layout.S(0)),
+			Dst: l([]int64{1e5, 1e6}, layout.BF16, []int{2, 8}, 72, layout.R, layout.S(1))}},
+			Options{Route: NemoLegacy, ChunkBytes: 1 << 18}, "at least 4.8e7 ops at a 256 KiB chunk (limit 1e7)"},
 		{"regions", []ir.Tensor{{Name: "w",
 			Src: l([]int64{4096, 4096}, layout.Int8, []int{4096}, 0, layout.S(0)),
 			Dst: l([]int64{4096, 4096}, layout.Int8, []int{4096}, 0, layout.S(1))}},
@@ -197,5 +193,43 @@ func BenchmarkLegacyChain(b *testing.B) {
 		if _, err := Build(tensors, nvl72(2), Options{Route: NemoLegacy}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// A buffer no GPU holds is refused before the schedule is built.
+func TestBufferCeiling(t *testing.T) {
+	shape := []int64{1e6, 1e6}
+	src := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{16}, Ranks: layout.RankRange(0, 16)}, Placements: []layout.Placement{layout.S(0)}}
+	dst := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{2, 8}, Ranks: layout.RankRange(72, 16)}, Placements: []layout.Placement{layout.R, layout.S(1)}}
+	huge, hugeDst := src, dst
+	huge.Shape, huge.DType = []int64{1 << 30, 1 << 26}, layout.Int8
+	hugeDst.Shape, hugeDst.DType = huge.Shape, layout.Int8
+	one := src
+	one.Mesh = layout.Mesh{Shape: []int{1}, Ranks: []int{0}}
+	one.Placements = []layout.Placement{layout.R}
+	for _, tc := range []struct {
+		name     string
+		src, dst layout.Layout
+		route    string
+		err      string
+	}{
+		{"gathered", src, dst, NemoLegacy, "tensor w: route nemo-legacy gathers the whole tensor on one rank, 2000000000000 bytes: more than any GPU holds (at most 1099511627776 bytes, 1 TiB, per buffer)"},
+		{"shard", one, dst, Flat, "tensor w: a rank's shard is 2000000000000 bytes: more than any GPU holds"},
+		{"2^56 bytes", huge, hugeDst, AGBcast, "tensor w: route agbcast gathers the whole tensor on one rank, 72057594037927936 bytes"},
+		{"2^56 bytes, flat", huge, hugeDst, Flat, "tensor w: a rank's shard is 9007199254740992 bytes"},
+		{"fits", src, dst, Flat, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Build([]ir.Tensor{{Name: "w", Src: tc.src, Dst: tc.dst}}, nvl72(2), Options{Route: tc.route, ChunkBytes: 1 << 30})
+			if tc.err == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if !errors.Is(err, ir.ErrTooLarge) || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("err = %v, want ErrTooLarge containing %q", err, tc.err)
+			}
+		})
 	}
 }
