@@ -35,7 +35,10 @@ const (
 // is asked to allocate it.
 const (
 	MaxBufferBytes = int64(1) << 40 // 1 TiB per buffer
-	MaxRankBytes   = int64(1) << 40 // 1 TiB per rank
+	// MaxRankBytes is higher: m2n models whole-model routes whose
+	// uncapped staging exceeds a GPU (agbcast over DeepSeek-V3 keeps
+	// 1.03 TiB on one rank), and bounds only what no machine could hold.
+	MaxRankBytes = int64(1) << 44 // 16 TiB per rank
 )
 
 // ErrTooLarge is wrapped by the error of a schedule whose buffers exceed

@@ -180,7 +180,7 @@ func (v *validator) structure() error {
 			mem[w] += b.Bytes
 		}
 		if n := mem[w] + arena[w]; n > MaxRankBytes { // checked as it grows: no overflow
-			return fmt.Errorf("rank %d: its buffers take at least %d bytes: %w (at most %d bytes, 1 TiB, per rank)", b.Rank, n, ErrTooLarge, MaxRankBytes)
+			return fmt.Errorf("rank %d: its buffers take at least %d bytes: %w (at most %d bytes, 16 TiB, per rank)", b.Rank, n, ErrTooLarge, MaxRankBytes)
 		}
 		if !b.Placed() {
 			if b.Kind != Staging {
