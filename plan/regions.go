@@ -136,6 +136,15 @@ func Derive(src, dst layout.Layout) (*Regions, error) {
 	return derive(src, dst, DefaultMaxOps)
 }
 
+// DeriveLimit is Derive with another limit on the contributions (the
+// Options.MaxOps of the schedules to come); limit <= 0 means DefaultMaxOps.
+func DeriveLimit(src, dst layout.Layout, limit int64) (*Regions, error) {
+	if limit <= 0 {
+		limit = DefaultMaxOps
+	}
+	return derive(src, dst, limit)
+}
+
 // derive is Derive with a limit on the number of contributions.
 func derive(src, dst layout.Layout, limit int64) (*Regions, error) {
 	if err := src.Validate(); err != nil {

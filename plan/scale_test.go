@@ -233,3 +233,16 @@ func TestBufferCeiling(t *testing.T) {
 		})
 	}
 }
+
+func TestDeriveLimit(t *testing.T) {
+	l := func(p layout.Placement) layout.Layout {
+		return layout.Layout{Shape: []int64{4096, 4096}, DType: layout.Int8, Mesh: layout.Mesh{Shape: []int{4096}, Ranks: layout.RankRange(0, 4096)}, Placements: []layout.Placement{p}}
+	}
+	var le *OpsLimitError
+	if _, err := Derive(l(layout.S(0)), l(layout.S(1))); !errors.As(err, &le) || le.Ops != 4096*4096 {
+		t.Errorf("Derive: %v, want 16777216 regions over the limit", err)
+	}
+	if r, err := DeriveLimit(l(layout.S(0)), l(layout.S(1)), 1<<25); err != nil || len(r.Contribs) != 4096*4096 {
+		t.Errorf("DeriveLimit: %v", err)
+	}
+}
