@@ -35,6 +35,10 @@ type Options struct {
 	// staging is reused once consumed, at the cost of more ordering. 0
 	// means unlimited (every staging byte written once).
 	StagingCapBytes int64
+	// MaxOps bounds the ops of the schedule; 0 means DefaultMaxOps. A
+	// schedule that would have more is refused before it is built, from
+	// its chunk counts ([OpsLimitError]).
+	MaxOps int64
 }
 
 // Build plans a schedule that moves every tensor from its source layout to
@@ -46,6 +50,12 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 	}
 	if opt.ChunkBytes < 0 {
 		return nil, fmt.Errorf("chunk size %d: must be positive", opt.ChunkBytes)
+	}
+	if opt.MaxOps == 0 {
+		opt.MaxOps = DefaultMaxOps
+	}
+	if opt.MaxOps < 0 {
+		return nil, fmt.Errorf("ops limit %d: must be positive", opt.MaxOps)
 	}
 	if opt.StagingCapBytes < 0 {
 		return nil, fmt.Errorf("staging cap %d: must be positive, or 0 for none", opt.StagingCapBytes)
@@ -66,7 +76,7 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 	b := newBuilder(tp, opt)
 	var ranks []int
 	for _, t := range tensors {
-		r, err := Derive(t.Src, t.Dst)
+		r, err := derive(t.Src, t.Dst, opt.MaxOps)
 		if err != nil {
 			return nil, fmt.Errorf("tensor %s: %w", t.Name, err)
 		}
@@ -79,6 +89,32 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 		return nil, fmt.Errorf("topology: %w", err)
 	}
 	b.world(ranks)
+	// Buffers no GPU holds, before anything is built: a rank's shard, and
+	// the whole tensor that agbcast and nemo-legacy gather on one rank.
+	for ti, t := range tensors {
+		r := b.regions[ti]
+		need, what := int64(0), ""
+		for _, sl := range append(r.SrcSlots[:len(r.SrcSlots):len(r.SrcSlots)], r.DstSlots...) {
+			if n := sl.Box.Elems() * t.Src.DType.Size(); n > need {
+				need, what = n, "a rank's shard is"
+			}
+		}
+		if opt.Route == AGBcast || opt.Route == NemoLegacy {
+			need, what = t.Src.Bytes(), "route "+opt.Route+" gathers the whole tensor on one rank,"
+		}
+		if need > ir.MaxBufferBytes {
+			return nil, fmt.Errorf("tensor %s: %s %d bytes: %w (at most %d bytes, 1 TiB, per buffer)", t.Name, what, need, ir.ErrTooLarge, ir.MaxBufferBytes)
+		}
+	}
+	// The ops limit, from the chunk counts, before anything is built.
+	var ops int64
+	for ti := range tensors {
+		if ops = addSat(ops, b.minOps(ti, opt.MaxOps-ops)); ops > opt.MaxOps {
+			return nil, &OpsLimitError{Route: opt.Route, Ops: ops, Limit: opt.MaxOps, Chunk: opt.ChunkBytes}
+		}
+	}
+	b.s.Ops = slices.Grow(b.s.Ops, int(ops))
+	b.s.DepPool = slices.Grow(b.s.DepPool, int(ops))
 	for ti := range tensors {
 		switch opt.Route {
 		case Flat:
@@ -97,14 +133,21 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 		}
 	}
 	s := b.finish()
-	if err := s.Validate(); err != nil {
+	if err := s.Validate(); errors.Is(err, ir.ErrTooLarge) {
+		return nil, err
+	} else if err != nil {
 		return nil, fmt.Errorf("route %s built an invalid schedule (a bug in m2n): %w", opt.Route, err)
 	}
 	return s, nil
 }
 
-type tr struct{ tensor, rank int }
-type pair struct{ from, to int }
+// lane is, per rank of the world, the last op of a per-rank lane of ops
+// that run in order (-1: none yet).
+type lane []int32
+
+// perRank is, per rank of the world, the buffer of the tensor being built
+// (stamp: the tensor's index + 1; an entry of another tensor is absent).
+type perRank []struct{ stamp, id int32 }
 
 // builder appends buffers and ops in dependency order, so op IDs are a
 // topological order by construction.
@@ -113,15 +156,15 @@ type builder struct {
 	tp      *topo.Topology
 	regions []*Regions
 
-	inputs, outputs map[tr]int32
-	staging         map[int]int32 // rank -> its unplaced staging buffer
-	sendLast        map[pair]int32
-	recvLast        map[pair]int32
-	packLast        map[int]int32  // rank -> last pack op: packs run in order
-	unpackLast      map[int]int32  // rank -> last unpack or local copy
-	entered         map[string]int // hierarchical: contributions entered per replica set
-	led             map[string]int // hierarchical: leaders chosen per replica group of a domain
-	bcastRoots      rootOrder      // agbcast: broadcast roots in order of appearance
+	wi              *layout.RankIndex  // rank -> its index in the world
+	inputs, outputs perRank            // the current tensor's buffers
+	staging         []int32            // per rank, its unplaced staging buffer (-1: none)
+	pairLast        map[int64][2]int32 // per ordered pair of ranks, its last send and recv
+	packLast        lane               // packs run in order
+	unpackLast      lane               // unpacks and local copies run in order
+	entered         map[string]int     // hierarchical: contributions entered per replica set
+	led             map[string]int     // hierarchical: leaders chosen per replica group of a domain
+	bcastRoots      rootOrder          // agbcast: broadcast roots in order of appearance
 
 	cap     *capper         // nil when staging is not capped
 	roots   []int           // nemo-legacy's broadcast roots, computed on first use
@@ -182,23 +225,27 @@ func newBuilder(tp *topo.Topology, opt Options) *builder {
 		c = newCapper(opt.StagingCapBytes)
 	}
 	return &builder{
-		cap:    c,
-		s:      &ir.Schedule{Route: opt.Route, ChunkBytes: opt.ChunkBytes},
-		tp:     tp,
-		inputs: map[tr]int32{}, outputs: map[tr]int32{}, staging: map[int]int32{},
-		sendLast: map[pair]int32{}, recvLast: map[pair]int32{},
-		packLast: map[int]int32{}, unpackLast: map[int]int32{},
-		entered: map[string]int{}, led: map[string]int{}, bcastRoots: rootOrder{},
+		cap:      c,
+		s:        &ir.Schedule{Route: opt.Route, ChunkBytes: opt.ChunkBytes},
+		tp:       tp,
+		pairLast: map[int64][2]int32{},
+		entered:  map[string]int{}, led: map[string]int{}, bcastRoots: rootOrder{},
 	}
 }
 
 func (b *builder) world(ranks []int) {
 	sort.Ints(ranks)
+	ranks = slices.Compact(ranks)
+	b.s.World = make([]ir.Rank, len(ranks))
 	for i, r := range ranks {
-		if i > 0 && ranks[i-1] == r {
-			continue
-		}
-		b.s.World = append(b.s.World, ir.Rank{Rank: r, GPU: b.tp.GPU(r), Domain: b.tp.Domain(r)})
+		b.s.World[i] = ir.Rank{Rank: r, GPU: b.tp.GPU(r), Domain: b.tp.Domain(r)}
+	}
+	b.wi = layout.NewRankIndex(ranks)
+	n := len(ranks)
+	b.inputs, b.outputs = make(perRank, n), make(perRank, n)
+	b.staging, b.packLast, b.unpackLast = make([]int32, n), make(lane, n), make(lane, n)
+	for i := range n {
+		b.staging[i], b.packLast[i], b.unpackLast[i] = -1, -1, -1
 	}
 }
 
@@ -217,36 +264,37 @@ func (b *builder) placed(kind ir.BufferKind, ti, rank int, box layout.Box) int32
 
 // input returns the input buffer of a tensor on a source rank.
 func (b *builder) input(ti, rank int) int32 {
-	k := tr{ti, rank}
-	if id, ok := b.inputs[k]; ok {
-		return id
+	e := &b.inputs[b.wi.Pos(rank)]
+	if e.stamp == int32(ti)+1 {
+		return e.id
 	}
 	r := b.regions[ti]
 	id := b.placed(ir.Input, ti, rank, r.SrcSlots[r.SrcSlotOf(rank)].Box)
-	b.inputs[k] = id
+	e.stamp, e.id = int32(ti)+1, id
 	return id
 }
 
 // output returns the output buffer of a tensor on a destination rank.
 func (b *builder) output(ti, rank int) int32 {
-	k := tr{ti, rank}
-	if id, ok := b.outputs[k]; ok {
-		return id
+	e := &b.outputs[b.wi.Pos(rank)]
+	if e.stamp == int32(ti)+1 {
+		return e.id
 	}
 	r := b.regions[ti]
 	slot, _ := r.DstSlotOf(rank)
 	id := b.placed(ir.Output, ti, rank, r.DstSlots[slot].Box)
-	b.outputs[k] = id
+	e.stamp, e.id = int32(ti)+1, id
 	return id
 }
 
 // alloc reserves n bytes of a rank's staging buffer.
 func (b *builder) alloc(rank int, n int64) ir.Region {
-	id, ok := b.staging[rank]
-	if !ok {
+	w := b.wi.Pos(rank)
+	id := b.staging[w]
+	if id < 0 {
 		id = int32(len(b.s.Buffers))
 		b.s.Buffers = append(b.s.Buffers, ir.Buffer{ID: int(id), Rank: rank, Kind: ir.Staging, Tensor: -1, InArena: b.cap != nil})
-		b.staging[rank] = id
+		b.staging[w] = id
 	}
 	if b.cap != nil { // placed in the arena when the wave ends
 		return ir.Region{Buf: id, Offset: b.cap.take(rank, n, false), Bytes: n}
@@ -278,33 +326,32 @@ func (b *builder) op(kind ir.OpKind, rank int, deps []int32, src, dst ir.Region)
 
 // laneOp adds a local op that also runs after the last op of a per-rank lane,
 // and makes it the lane's last.
-func (b *builder) laneOp(last map[int]int32, kind ir.OpKind, rank int, deps []int32, src, dst ir.Region) int32 {
-	if l, ok := last[rank]; ok {
+func (b *builder) laneOp(last lane, kind ir.OpKind, rank int, deps []int32, src, dst ir.Region) int32 {
+	w := b.wi.Pos(rank)
+	if l := last[w]; l >= 0 {
 		b.sdeps = append(append(b.sdeps[:0], deps...), l)
 		deps = b.sdeps
 	}
 	id := b.op(kind, rank, deps, src, dst)
-	last[rank] = id
+	last[w] = id
 	return id
 }
 
 // xfer adds a send from rank from and its recv on rank to. Transfers
 // between one ordered pair run in order, as on one NCCL stream per peer.
 func (b *builder) xfer(from, to int, src, dst ir.Region, sdeps, rdeps []int32) (send, recv int32) {
-	p := pair{from, to}
-	if last, ok := b.sendLast[p]; ok {
-		b.sdeps = append(append(b.sdeps[:0], sdeps...), last)
+	p := int64(from)<<32 | int64(to)
+	if last, ok := b.pairLast[p]; ok {
+		b.sdeps = append(append(b.sdeps[:0], sdeps...), last[0])
 		sdeps = b.sdeps
-	}
-	if last, ok := b.recvLast[p]; ok {
-		b.rdeps = append(append(b.rdeps[:0], rdeps...), last)
+		b.rdeps = append(append(b.rdeps[:0], rdeps...), last[1])
 		rdeps = b.rdeps
 	}
 	send = int32(len(b.s.Ops))
 	recv = send + 1
 	b.add(ir.Op{Kind: ir.Send, Rank: int32(from), Peer: int32(to), Match: recv, Src: src}, sdeps)
 	b.add(ir.Op{Kind: ir.Recv, Rank: int32(to), Peer: int32(from), Match: send, Dst: dst}, rdeps)
-	b.sendLast[p], b.recvLast[p] = send, recv
+	b.pairLast[p] = [2]int32{send, recv}
 	return send, recv
 }
 
@@ -414,7 +461,8 @@ func chunkGrid(g layout.Box, elem, chunkBytes int64) (d int, per, pieces int64) 
 	return d, per, (g.Size[d] + per - 1) / per
 }
 
-// Chunks splits a box into pieces of at most chunkBytes: along the
+// Chunks splits a box into pieces of at most chunkBytes (use [ChunkCount]
+// for only their number): along the
 // outermost dim whose single index fits in a chunk, with every outer dim
 // taken one index at a time. Each piece is contiguous in a row-major array
 // whose inner dims the box spans fully.

@@ -241,13 +241,9 @@ func (b *builder) reserveLegacy() {
 	b.s.DepPool = slices.Grow(b.s.DepPool, 2*ops)
 }
 
-// chunkCount is len(Chunks(g, elem, chunkBytes)), without building them.
+// chunkCount is [ChunkCount] as an int.
 func chunkCount(g layout.Box, elem, chunkBytes int64) int {
-	d, _, n := chunkGrid(g, elem, chunkBytes)
-	for k := range d {
-		n *= g.Size[k]
-	}
-	return int(n)
+	return int(ChunkCount(g, elem, chunkBytes))
 }
 
 // legacyRoots returns the distinct roots (first source ranks) of the

@@ -48,11 +48,12 @@ type Regions struct {
 	Contribs []Contribution
 
 	dstFirst []int // Contribs[dstFirst[k]:dstFirst[k+1]] belong to DstSlots[k]
-	srcOf    map[int]int
-	dstOf    map[int]rankPos
+	// Rank lookups: a rank's mesh position, then per position its slot
+	// (-1: an empty box) and, in the destination, its replica index.
+	srcPos, dstPos   *layout.RankIndex
+	srcSlot, dstSlot []int32
+	dstRep           []int32
 }
-
-type rankPos struct{ slot, replica int }
 
 // Elem is the element size in bytes.
 func (r *Regions) Elem() int64 { return r.Src.DType.Size() }
@@ -67,8 +68,8 @@ func (r *Regions) SlotContribs(k int) (lo, hi int) { return r.dstFirst[k], r.dst
 // SrcSlotOf returns the source slot a global rank holds, or -1 when the rank
 // holds nothing of the tensor.
 func (r *Regions) SrcSlotOf(rank int) int {
-	if s, ok := r.srcOf[rank]; ok {
-		return s
+	if p := r.srcPos.Pos(rank); p >= 0 {
+		return int(r.srcSlot[p])
 	}
 	return -1
 }
@@ -76,8 +77,8 @@ func (r *Regions) SrcSlotOf(rank int) int {
 // DstSlotOf returns the destination slot a global rank needs and its replica
 // index in that slot, or (-1, -1) when it needs nothing.
 func (r *Regions) DstSlotOf(rank int) (slot, replica int) {
-	if p, ok := r.dstOf[rank]; ok {
-		return p.slot, p.replica
+	if p := r.dstPos.Pos(rank); p >= 0 && r.dstSlot[p] >= 0 {
+		return int(r.dstSlot[p]), int(r.dstRep[p])
 	}
 	return -1, -1
 }
@@ -127,7 +128,25 @@ func (r *Regions) Needs(rank int) []Need {
 // Cost: linear in the mesh sizes plus the number of contributions (one per
 // overlapping pair of distinct source and destination boxes); it never
 // visits every pair of ranks.
+//
+// A pair of layouts that meet in more than [DefaultMaxOps] contributions is
+// refused with an [*OpsLimitError] before any is built: every contribution
+// is at least one op of any schedule.
 func Derive(src, dst layout.Layout) (*Regions, error) {
+	return derive(src, dst, DefaultMaxOps)
+}
+
+// DeriveLimit is Derive with another limit on the contributions (the
+// Options.MaxOps of the schedules to come); limit <= 0 means DefaultMaxOps.
+func DeriveLimit(src, dst layout.Layout, limit int64) (*Regions, error) {
+	if limit <= 0 {
+		limit = DefaultMaxOps
+	}
+	return derive(src, dst, limit)
+}
+
+// derive is Derive with a limit on the number of contributions.
+func derive(src, dst layout.Layout, limit int64) (*Regions, error) {
 	if err := src.Validate(); err != nil {
 		return nil, fmt.Errorf("source layout: %w", err)
 	}
@@ -144,16 +163,24 @@ func Derive(src, dst layout.Layout) (*Regions, error) {
 	srcParts, srcIDs, srcSlots := slots(src)
 	_, _, dstSlots := slots(dst)
 	r.SrcSlots, r.DstSlots = srcSlots, dstSlots
-	r.srcOf = make(map[int]int, len(src.Mesh.Ranks))
+	r.srcPos, r.dstPos = layout.NewRankIndex(src.Mesh.Ranks), layout.NewRankIndex(dst.Mesh.Ranks)
+	r.srcSlot = make([]int32, len(src.Mesh.Ranks))
+	for i := range r.srcSlot {
+		r.srcSlot[i] = -1
+	}
 	for s, sl := range srcSlots {
 		for _, rk := range sl.Ranks {
-			r.srcOf[rk] = s
+			r.srcSlot[r.srcPos.Pos(rk)] = int32(s)
 		}
 	}
-	r.dstOf = make(map[int]rankPos, len(dst.Mesh.Ranks))
+	r.dstSlot, r.dstRep = make([]int32, len(dst.Mesh.Ranks)), make([]int32, len(dst.Mesh.Ranks))
+	for i := range r.dstSlot {
+		r.dstSlot[i] = -1
+	}
 	for k, sl := range dstSlots {
 		for i, rk := range sl.Ranks {
-			r.dstOf[rk] = rankPos{k, i}
+			p := r.dstPos.Pos(rk)
+			r.dstSlot[p], r.dstRep[p] = int32(k), int32(i)
 		}
 	}
 
@@ -185,20 +212,23 @@ func Derive(src, dst layout.Layout) (*Regions, error) {
 	}
 
 	// First pass: count contributions, to allocate their boxes in one block.
-	total := 0
+	var total int64
 	ranges := make([][2]int, len(dstSlots)*nd)
 	for k, sl := range dstSlots {
-		n := 1
+		n := int64(1)
 		for d := range nd {
 			lo, hi := overlaps(d, sl.Box.Start[d], sl.Box.Start[d]+sl.Box.Size[d])
 			ranges[k*nd+d] = [2]int{lo, hi}
-			n *= hi - lo
+			n = mulSat(n, int64(hi-lo))
 		}
-		total += n
+		total = addSat(total, n)
+	}
+	if total > limit {
+		return nil, &OpsLimitError{Ops: total, Limit: limit}
 	}
 	r.Contribs = make([]Contribution, 0, total)
 	r.dstFirst = make([]int, len(dstSlots)+1)
-	backing := make([]int64, 2*nd*total)
+	backing := make([]int64, 2*int64(nd)*total)
 	cur := make([]int, nd)
 	for k, sl := range dstSlots {
 		r.dstFirst[k] = len(r.Contribs)
@@ -282,15 +312,30 @@ func slots(l layout.Layout) ([]layout.DimPartition, []int, []Slot) {
 		parts[d] = l.Partition(d)
 		nIDs *= len(parts[d].Intervals)
 	}
-	ranksByID := make([][]int, nIDs)
+	// Each position's slot id, then the ranks of every id carved from one
+	// array, in mesh order.
+	idOf := make([]int, len(l.Mesh.Ranks))
+	count := make([]int, nIDs+1)
 	c := make([]int, len(l.Mesh.Shape))
-	for pos, rk := range l.Mesh.Ranks {
+	for pos := range l.Mesh.Ranks {
 		l.Mesh.Coord(pos, c)
 		id := 0
 		for d := range nd {
 			id = id*len(parts[d].Intervals) + parts[d].Index(l.Mesh.Shape, c)
 		}
-		ranksByID[id] = append(ranksByID[id], rk)
+		idOf[pos] = id
+		count[id+1]++
+	}
+	for id := range nIDs {
+		count[id+1] += count[id]
+	}
+	all := make([]int, len(l.Mesh.Ranks))
+	ranksByID := make([][]int, nIDs)
+	for id := range nIDs {
+		ranksByID[id] = all[count[id]:count[id]:count[id+1]]
+	}
+	for pos, rk := range l.Mesh.Ranks {
+		ranksByID[idOf[pos]] = append(ranksByID[idOf[pos]], rk)
 	}
 	ids := make([]int, nIDs)
 	var out []Slot

@@ -20,6 +20,7 @@ type selection struct {
 	stagingCap string
 	scale      float64
 	shown      *planProgress // m2n plan's progress display; nil for none
+	maxOps     int64
 }
 
 type multiFlag []string
@@ -31,6 +32,7 @@ func (sel *selection) register(fs *flags) {
 	fs.Var((*routeList)(&sel.routes), "route", "`list` of routes to plan, comma-separated (default: the scenario's, else all of "+strings.Join(plan.Routes, ", ")+")")
 	fs.Var(&sel.points, "point", "only sweep points with this coordinate, as name=value (repeatable: a sweep named twice selects both values)")
 	fs.StringVar(&sel.chunk, "chunk", "", "pipelining chunk size, e.g. \"4 MiB\" (default: the scenario's, else 4 MiB)")
+	fs.Int64Var(&sel.maxOps, "max-ops", plan.DefaultMaxOps, "refuse a schedule of more ops than this, counted from its chunks before it is built")
 	fs.StringVar(&sel.stagingCap, "staging-cap", "", "staging memory per GPU a schedule may use, e.g. \"2 GiB\"; staging is reused once consumed (default: 0, no cap)")
 	fs.Float64Var(&sel.scale, "scale", 1, "shrink dim 0 of every tensor by this factor in (0, 1], to fit small machines")
 }
@@ -130,7 +132,10 @@ func (sel *selection) planOptions(p *scenario.Point, route string) (plan.Options
 			return plan.Options{}, usagef("--staging-cap %q: want a size such as \"2 GiB\", or 0 for no cap", sel.stagingCap)
 		}
 	}
-	return plan.Options{Route: route, ChunkBytes: chunk, StagingCapBytes: int64(stagingCap)}, nil
+	if sel.maxOps <= 0 {
+		return plan.Options{}, usagef("--max-ops %d: want a positive number of ops", sel.maxOps)
+	}
+	return plan.Options{Route: route, ChunkBytes: chunk, StagingCapBytes: int64(stagingCap), MaxOps: sel.maxOps}, nil
 }
 
 // build plans one route at one point.

@@ -263,3 +263,29 @@ func ExampleRankRange() {
 	fmt.Println(FormatRanks(ranks), len(ranks))
 	// Output: 72-87 16
 }
+
+func TestRankIndex(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		ranks []int
+	}{
+		{"empty", nil},
+		{"dense", []int{5, 3, 4, 9, 7}},
+		{"sparse", []int{1 << 19, 3, 1<<20 - 1, 0}},
+		{"huge", []int{1 << 62, 1, 1 << 40}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			x := NewRankIndex(tc.ranks)
+			for i, r := range tc.ranks {
+				if got := x.Pos(r); got != i {
+					t.Errorf("Pos(%d) = %d, want %d", r, got, i)
+				}
+			}
+			for _, r := range []int{-1, 2, 6, 1 << 21, 1<<62 + 1} {
+				if got := x.Pos(r); got != -1 {
+					t.Errorf("Pos(%d) = %d, want -1", r, got)
+				}
+			}
+		})
+	}
+}

@@ -88,3 +88,51 @@ func FormatRanks(ranks []int) string {
 	}
 	return b.String()
 }
+
+// RankIndex finds the position of a rank in a list of distinct ranks in
+// constant time: a table over [min, max] of the ranks when they fill at
+// least an eighth of it, else a hash map. Building it is linear in the
+// list; a rank listed twice keeps its last position.
+type RankIndex struct {
+	lo    int
+	dense []int32 // position+1 of rank lo+i; 0 when absent
+	m     map[int]int32
+}
+
+// NewRankIndex indexes ranks by their position in the list.
+func NewRankIndex(ranks []int) *RankIndex {
+	x := &RankIndex{}
+	if len(ranks) == 0 {
+		return x
+	}
+	lo, hi := ranks[0], ranks[0]
+	for _, r := range ranks {
+		lo, hi = min(lo, r), max(hi, r)
+	}
+	if span := uint64(hi) - uint64(lo); hi >= lo && span < 8*uint64(len(ranks))+1024 {
+		x.lo, x.dense = lo, make([]int32, span+1)
+		for i, r := range ranks {
+			x.dense[r-lo] = int32(i) + 1
+		}
+		return x
+	}
+	x.m = make(map[int]int32, len(ranks))
+	for i, r := range ranks {
+		x.m[r] = int32(i)
+	}
+	return x
+}
+
+// Pos returns the position of rank in the list, or -1 when it is absent.
+func (x *RankIndex) Pos(rank int) int {
+	if x.m != nil {
+		if i, ok := x.m[rank]; ok {
+			return int(i)
+		}
+		return -1
+	}
+	if i := uint64(rank) - uint64(x.lo); rank >= x.lo && i < uint64(len(x.dense)) {
+		return int(x.dense[i]) - 1
+	}
+	return -1
+}

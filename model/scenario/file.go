@@ -1,6 +1,8 @@
 package scenario
 
 import (
+	"strings"
+
 	"fmt"
 
 	"github.com/BurntSushi/toml"
@@ -16,7 +18,7 @@ type File struct {
 	Description string   `toml:"description"`
 	Routes      []string `toml:"routes"` // routes to plan; empty means all
 	// Chunk is the pipelining granularity of chunked routes ("4 MiB").
-	Chunk *units.Bytes `toml:"chunk"`
+	Chunk *Size `toml:"chunk"`
 
 	Topology   TopologySpec         `toml:"topology"`
 	Meshes     map[string]*MeshSpec `toml:"meshes"`
@@ -86,7 +88,7 @@ type LayoutSpec struct {
 type WorkloadSpec struct {
 	Model     string         `toml:"model"`  // a built-in model name or a config.json path, resolved by the caller's loader
 	DType     string         `toml:"dtype"`  // every weight's dtype
-	Bucket    *units.Bytes   `toml:"bucket"` // replicated tensors are packed into buckets of this size; "0 B" turns it off
+	Bucket    *Size          `toml:"bucket"` // replicated tensors are packed into buckets of this size; "0 B" turns it off
 	Trainer   *TrainerSpec   `toml:"trainer"`
 	Generator *GeneratorSpec `toml:"generator"`
 }
@@ -135,6 +137,24 @@ type ReferenceSpec struct {
 	TimeMS float64        `toml:"time_ms"`
 	Source string         `toml:"source"`
 	Note   string         `toml:"note"`
+}
+
+// Size is a size in bytes, written with its unit: "4 MiB", "0 B". A bare
+// number, or a string without a unit, is an error (docs/scenario.md).
+type Size units.Bytes
+
+// UnmarshalTOML reads a string with a unit.
+func (z *Size) UnmarshalTOML(v any) error {
+	str, ok := v.(string)
+	if t := strings.TrimSpace(str); !ok || t == "" || strings.ContainsRune("0123456789.", rune(t[len(t)-1])) {
+		return fmt.Errorf("size %v: a bare number; give a unit, as in \"4 MiB\" or \"0 B\"", v)
+	}
+	b, err := units.ParseBytes(str)
+	if err != nil {
+		return err
+	}
+	*z = Size(b)
+	return nil
 }
 
 // RankList is a list of global ranks, written as a string of ranges

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -127,6 +128,9 @@ func Parse(origin string, data []byte) (*Scenario, error) {
 // ParseWith reads a scenario document, loading the config.json of a
 // [workload]'s model through load.
 func ParseWith(origin string, data []byte, load ModelLoader) (*Scenario, error) {
+	if err := checkShape(origin, string(data)); err != nil {
+		return nil, err
+	}
 	s := &Scenario{source: string(data), origin: origin, models: models{load: load}}
 	f, md, err := s.decode()
 	if err != nil {
@@ -135,6 +139,10 @@ func ParseWith(origin string, data []byte, load ModelLoader) (*Scenario, error) 
 	s.Name, s.Description = f.Name, f.Description
 	if s.Name == "" {
 		return nil, s.errorf("name: missing; give the scenario a name")
+	}
+	if err := checkRoutes(f.Routes); err != nil {
+		line := locateKeys(s.source).find(toml.Key{"routes"})
+		return nil, fmt.Errorf("%s:%d: %w", s.origin, line, err)
 	}
 	if err := s.readSweeps(f, md); err != nil {
 		return nil, err
@@ -372,13 +380,30 @@ func (s *Scenario) Point(i int) (*Point, error) {
 	return p, nil
 }
 
+// RouteNames are the routes a scenario may name, as plan.Routes lists them
+// (a test of package plan keeps the two equal).
+var RouteNames = []string{"flat", "agbcast", "hierarchical", "nemo-legacy"}
+
+// checkRoutes checks a scenario's routes against RouteNames.
+func checkRoutes(routes []string) error {
+	for i, r := range routes {
+		if !slices.Contains(RouteNames, r) {
+			return fmt.Errorf("routes[%d] = %q: unknown route (known: %s)", i, r, strings.Join(RouteNames, ", "))
+		}
+	}
+	return nil
+}
+
 func (s *Scenario) resolve(f *File, p *Point) error {
+	if err := checkRoutes(f.Routes); err != nil {
+		return err
+	}
 	p.Routes = f.Routes
 	if f.Chunk != nil {
 		if *f.Chunk <= 0 {
-			return fmt.Errorf("chunk = %v: must be positive", *f.Chunk)
+			return fmt.Errorf("chunk = %v: must be positive", units.Bytes(*f.Chunk))
 		}
-		c := *f.Chunk
+		c := units.Bytes(*f.Chunk)
 		p.Chunk = &c
 	}
 	meshes := map[string]layout.Mesh{}
@@ -442,8 +467,11 @@ func (s *Scenario) resolve(f *File, p *Point) error {
 
 func meshFrom(shape []int, ranks RankList, first *int) (layout.Mesh, error) {
 	m := layout.Mesh{Shape: shape}
+	if shape == nil {
+		return m, errors.New("shape: missing; give the mesh's axes, e.g. [2, 8]")
+	}
 	if len(shape) == 0 {
-		return m, errors.New("shape: missing")
+		return m, errors.New("shape = []: a mesh needs at least one axis (one rank is [1])")
 	}
 	for i, s := range shape {
 		if s <= 0 {

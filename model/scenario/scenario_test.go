@@ -156,6 +156,13 @@ func TestErrors(t *testing.T) {
 		{"sweep length", minimal + "[[sweep]]\nname = \"x\"\nvalues = [1, 2]\n[sweep.set]\n\"topology.domains\" = [2]\n", `has 1 values but values has 2`},
 		{"syntax", minimal + "[[tensors]\n", "t.toml:"},
 		{"no name", strings.Replace(minimal, `name = "t"`, "", 1), "name: missing"},
+		{"bare chunk", strings.Replace(minimal, `name = "t"`, "name = \"t\"\nchunk = 4194304", 1), `t.toml:3: chunk: size 4194304: a bare number; give a unit, as in "4 MiB" or "0 B"`},
+		{"chunk without unit", strings.Replace(minimal, `name = "t"`, "name = \"t\"\nchunk = \"4194304\"", 1), `t.toml:3: chunk: size 4194304: a bare number`},
+		{"chunk zero", strings.Replace(minimal, `name = "t"`, "name = \"t\"\nchunk = \"0 B\"", 1), `chunk = 0 B: must be positive`},
+		{"unknown route", strings.Replace(minimal, `name = "t"`, "name = \"t\"\n\nroutes = [\"flat\", \"falt\"]", 1), `t.toml:4: routes[1] = "falt": unknown route (known: flat, agbcast, hierarchical, nemo-legacy)`},
+		{"zero-axis mesh", strings.Replace(minimal, "shape = [2]\n", "shape = []\n", 1), `meshes.a: shape = []: a mesh needs at least one axis (one rank is [1])`},
+		{"mesh without shape", strings.Replace(minimal, "shape = [2]\n", "", 1), `meshes.a: shape: missing; give the mesh's axes, e.g. [2, 8]`},
+		{"scalar tensor", strings.Replace(minimal, "shape = [8, 4]", "shape = []", 1), `shape is empty (a scalar has shape [1])`},
 		{"reference point", minimal + "[[reference]]\nroute = \"flat\"\npoint = { rho = 2 }\ntime_ms = 1.0\n", `no sweep is named "rho"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/m2n-project/m2n/model/layout"
+	"github.com/m2n-project/m2n/model/units"
 	"github.com/m2n-project/m2n/model/workload"
 )
 
@@ -62,7 +63,7 @@ func (s *Scenario) workload(ws *WorkloadSpec) ([]Tensor, []int, error) {
 	spec := workload.Spec{DType: dt, BucketBytes: workload.DefaultBucketBytes}
 	if ws.Bucket != nil {
 		if *ws.Bucket < 0 {
-			return nil, nil, fmt.Errorf("bucket = %v: must not be negative (\"0 B\" turns bucketing off)", *ws.Bucket)
+			return nil, nil, fmt.Errorf("bucket = %v: must not be negative (\"0 B\" turns bucketing off)", units.Bytes(*ws.Bucket))
 		}
 		spec.BucketBytes = int64(*ws.Bucket)
 	}

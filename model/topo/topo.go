@@ -13,6 +13,7 @@ package topo
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -118,21 +119,34 @@ func (t *Topology) Validate() error {
 // CheckRanks verifies that every rank runs on a GPU of the topology and that
 // no two distinct ranks share a GPU.
 func (t *Topology) CheckRanks(ranks []int) error {
-	seen := map[int]int{}
+	// GPU numbers are below GPUs(), checked first: a table of them finds a
+	// shared GPU in linear time.
 	sorted := append([]int(nil), ranks...)
 	sort.Ints(sorted)
-	for i, r := range sorted {
-		if i > 0 && sorted[i-1] == r {
-			continue
-		}
-		g := t.GPU(r)
-		if g < 0 || g >= t.GPUs() {
+	sorted = slices.Compact(sorted)
+	for _, r := range sorted {
+		if g := t.GPU(r); g < 0 || g >= t.GPUs() {
 			return fmt.Errorf("rank %d runs on GPU %d, but the topology has %d GPUs (%d domains x %d); add domains or place the rank", r, g, t.GPUs(), t.Domains, t.GPUsPerDomain)
 		}
-		if o, dup := seen[g]; dup {
-			return fmt.Errorf("ranks %d and %d both run on GPU %d", o, r, g)
+	}
+	if len(sorted) < t.GPUs()/8 {
+		m := make(map[int]int, len(sorted))
+		for _, r := range sorted {
+			g := t.GPU(r)
+			if o, dup := m[g]; dup {
+				return fmt.Errorf("ranks %d and %d both run on GPU %d", o, r, g)
+			}
+			m[g] = r
 		}
-		seen[g] = r
+		return nil
+	}
+	seen := make([]int32, t.GPUs()) // rank+1 of the GPU's first rank
+	for _, r := range sorted {
+		g := t.GPU(r)
+		if o := seen[g]; o != 0 {
+			return fmt.Errorf("ranks %d and %d both run on GPU %d", o-1, r, g)
+		}
+		seen[g] = int32(r) + 1
 	}
 	return nil
 }

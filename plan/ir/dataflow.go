@@ -582,6 +582,18 @@ func (v *validator) writersBefore(op int32, buf int, lo, hi int64) error {
 	return nil
 }
 
+// hubHas reports whether w is a dependency of op h, marking h's
+// dependencies once however many ops are asked about in turn.
+func (v *validator) hubHas(h, w int32) bool {
+	if v.hubMarked != h+1 {
+		for _, d := range v.s.Deps(h) {
+			v.hubDeps[d] = h + 1
+		}
+		v.hubMarked = h + 1
+	}
+	return v.hubDeps[w] == h+1
+}
+
 // before reports whether op w completes before op x starts: w is reachable
 // backwards from x through dependencies, where a send and its recv complete
 // together. The search skips ops that come before w in topological order:
@@ -591,10 +603,23 @@ func (v *validator) before(w, x int32) bool {
 	if w == s.Ops[x].Match {
 		return false
 	}
-	for _, d := range s.Deps(x) {
-		if d == w {
-			return true
+	// A direct dependency: x's are marked once, however many writers of
+	// what x reads are asked about in turn (a copy that waits on every
+	// chunk's recv).
+	if v.marked != x+1 {
+		if v.direct == nil {
+			v.direct = make([]int32, len(s.Ops))
+			v.hub = make([]int32, len(s.Ops))
+			v.hubDeps = make([]int32, len(s.Ops))
 		}
+		for _, d := range s.Deps(x) {
+			v.direct[d] = x + 1
+		}
+		v.marked = x + 1
+	}
+	if v.direct[w] == x+1 {
+		v.hub[x] = x + 1
+		return true
 	}
 	v.epoch++
 	stack := v.stack[:0]
@@ -621,6 +646,14 @@ func (v *validator) before(w, x int32) bool {
 		o := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
 		if o == w {
+			found = true
+			break
+		}
+		// o's hub (o or an op before it) has w as a dependency: a chain of
+		// transfers that all follow one op (a broadcast's first send, after
+		// the gather) is then walked once, not once per writer.
+		if h := v.hub[o]; h > 0 && v.hubHas(h-1, w) {
+			v.hub[x] = h
 			found = true
 			break
 		}

@@ -10,6 +10,8 @@
 package ir
 
 import (
+	"errors"
+
 	"github.com/m2n-project/m2n/model/layout"
 )
 
@@ -26,6 +28,22 @@ const (
 	// MinVersion is the oldest version a reader accepts.
 	MinVersion = 1
 )
+
+// Memory ceilings: a buffer, or the buffers of one rank (its staging arena
+// counted once, at its extent), larger than any GPU holds is an error of
+// [Schedule.Validate] (wrapping [ErrTooLarge]), so no executor or simulator
+// is asked to allocate it.
+const (
+	MaxBufferBytes = int64(1) << 40 // 1 TiB per buffer
+	// MaxRankBytes is higher: m2n models whole-model routes whose
+	// uncapped staging exceeds a GPU (agbcast over DeepSeek-V3 keeps
+	// 1.03 TiB on one rank), and bounds only what no machine could hold.
+	MaxRankBytes = int64(1) << 44 // 16 TiB per rank
+)
+
+// ErrTooLarge is wrapped by the error of a schedule whose buffers exceed
+// MaxBufferBytes or MaxRankBytes.
+var ErrTooLarge = errors.New("more than any GPU holds")
 
 // Schedule is a complete reshard plan.
 //

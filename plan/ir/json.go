@@ -239,6 +239,9 @@ func fromJSON(sj *scheduleJSON, version int) (*Schedule, error) {
 		if !ok {
 			return nil, fmt.Errorf("buffers[%d].kind = %q: want input, output or staging", i, b.Kind)
 		}
+		if b.Bytes > MaxBufferBytes {
+			return nil, fmt.Errorf("buffers[%d].bytes = %d: %w (at most %d bytes, 1 TiB, per buffer)", i, b.Bytes, ErrTooLarge, MaxBufferBytes)
+		}
 		buf := Buffer{ID: b.ID, Rank: b.Rank, Kind: k, Bytes: b.Bytes, Tensor: -1}
 		if (b.Tensor == nil) != (b.Box == nil) {
 			return nil, fmt.Errorf("buffers[%d]: tensor and box go together", i)

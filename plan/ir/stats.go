@@ -1,5 +1,7 @@
 package ir
 
+import "github.com/m2n-project/m2n/model/layout"
+
 // Stats summarizes a schedule: what moves over which class of path, and
 // the heaviest rank of each.
 type Stats struct {
@@ -17,34 +19,58 @@ type Stats struct {
 	StagingBytes, MaxStaging int64
 }
 
-// Stats computes the schedule's summary.
+// Stats computes the schedule's summary, in time linear in its size.
 func (s *Schedule) Stats() Stats {
 	st := Stats{Ops: len(s.Ops)}
-	world := s.WorldMap()
-	egress := map[int32]*[3]int64{}
-	ingress := map[int32]*[3]int64{}
-	get := func(m map[int32]*[3]int64, r int32) *[3]int64 {
-		if v, ok := m[r]; ok {
-			return v
+	ranks := make([]int, len(s.World))
+	for i, r := range s.World {
+		ranks[i] = r.Rank
+	}
+	wi := layout.NewRankIndex(ranks)
+	// Per rank of the world, its loads; a rank outside the world (in a
+	// schedule that does not validate) gets a slot of its own.
+	egress := make([][3]int64, len(s.World))
+	ingress := make([][3]int64, len(s.World))
+	other := map[int32]int{}
+	at := func(r int32) int {
+		if i := wi.Pos(int(r)); i >= 0 {
+			return i
 		}
-		v := &[3]int64{}
-		m[r] = v
-		return v
+		i, ok := other[r]
+		if !ok {
+			i = len(egress)
+			other[r] = i
+			egress, ingress = append(egress, [3]int64{}), append(ingress, [3]int64{})
+		}
+		return i
+	}
+	rankOf := func(r int32) Rank {
+		if i := wi.Pos(int(r)); i >= 0 {
+			return s.World[i]
+		}
+		return Rank{}
 	}
 	for i := range s.Ops {
 		op := &s.Ops[i]
 		switch op.Kind {
 		case Send:
-			c := s.ClassOf(op, world)
+			a, b := rankOf(op.Rank), rankOf(op.Peer)
+			c := Net
+			switch {
+			case a.GPU == b.GPU:
+				c = Local
+			case a.Domain == b.Domain:
+				c = NVLink
+			}
 			st.Transfers++
 			st.Bytes[c] += op.Src.Bytes
-			get(egress, op.Rank)[c] += op.Src.Bytes
-			get(ingress, op.Peer)[c] += op.Src.Bytes
+			egress[at(op.Rank)][c] += op.Src.Bytes
+			ingress[at(op.Peer)][c] += op.Src.Bytes
 		case Recv:
 		default:
 			st.Bytes[Local] += op.Src.Bytes
-			get(egress, op.Rank)[Local] += op.Src.Bytes
-			get(ingress, op.Rank)[Local] += op.Src.Bytes
+			egress[at(op.Rank)][Local] += op.Src.Bytes
+			ingress[at(op.Rank)][Local] += op.Src.Bytes
 		}
 	}
 	for _, v := range egress {

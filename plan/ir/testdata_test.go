@@ -41,6 +41,9 @@ func TestDocuments(t *testing.T) {
 		"output-partly-written.json":                 "buffer 1 (output of x on rank 1): bytes from 16 on are never written",
 		"reads-unwritten-staging.json":               "op 0 (unpack on rank 1): reads bytes [0, 32) of buffer 2 that nothing writes",
 		"dependency-not-before.json":                 "ops[0]: dependency 1 does not precede it",
+		"staging-over-1-tib.json":                    "buffers[2].bytes = 4611686018427387904: more than any GPU holds (at most 1099511627776 bytes, 1 TiB, per buffer)",
+		"rank-over-16-tib.json":                      "rank 1: its buffers take at least 17592186044480 bytes: more than any GPU holds (at most 17592186044416 bytes, 16 TiB, per rank)",
+		"arena-over-1-tib.json":                      "buffer 2 (staging on rank 1): 32 bytes at arena offset 1099511627776: more than any GPU holds",
 		"unpack-before-its-recv.json":                "op 2 (unpack on rank 1): reads bytes [0, 32) of buffer 2 written by op 1 (recv on rank 1), which does not happen before it",
 	}
 	files, _ := filepath.Glob("testdata/*.json")

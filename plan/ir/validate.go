@@ -40,7 +40,7 @@ func (s *Schedule) Validate() error {
 
 type validator struct {
 	s     *Schedule
-	world map[int]Rank
+	world *layout.RankIndex // rank -> its index in s.World
 
 	writes  [][]span        // per static buffer, the spans ops write, sorted
 	content map[int32][]seg // per op writing unplaced staging, what it wrote
@@ -49,7 +49,15 @@ type validator struct {
 	memo    []int32 // per op x, w+1 once x was found to happen before op w
 	seen    []int32 // per op w, x+1 once w was found to happen before op x
 	stamp   []int32 // per op, the epoch it was last visited in before()
-	epoch   int32
+	direct  []int32 // per op d, x+1 once d was found to be a dependency of op x
+	marked  int32   // x+1: the op whose dependencies direct marks
+	// hub[x] is h+1 once a writer was found to happen before op x as a
+	// dependency of op h (x itself, or an op before it); hubDeps marks the
+	// dependencies of op hubMarked-1.
+	hub       []int32
+	hubDeps   []int32
+	hubMarked int32
+	epoch     int32
 	// node maps an op to its node in the graph with each send/recv pair
 	// merged (the pair's smaller ID); order ranks the nodes topologically
 	// (nil when ID order is topological already, as m2n's builders emit).
@@ -58,6 +66,15 @@ type validator struct {
 	stack []int32
 	boxes layout.BoxArena
 	one   [1]seg // scratch for single-segment reads
+	// meshPos caches, per mesh rank list, each rank's position in it, so
+	// looking up a buffer's rank costs O(1) whatever the mesh's size.
+	meshPos map[meshKey]*layout.RankIndex
+}
+
+// meshKey names a mesh's rank list by its backing array and length.
+type meshKey struct {
+	first *int
+	n     int
 }
 
 func (v *validator) opErr(i int32, format string, args ...any) error {
@@ -67,8 +84,7 @@ func (v *validator) opErr(i int32, format string, args ...any) error {
 
 func (v *validator) structure() error {
 	s := v.s
-	v.world = make(map[int]Rank, len(s.World))
-	gpus := map[int]int{}
+	gpus := make([]int, len(s.World))
 	for i, r := range s.World {
 		if i > 0 && r.Rank <= s.World[i-1].Rank {
 			return fmt.Errorf("world: ranks must be ascending and distinct (rank %d after %d)", r.Rank, s.World[i-1].Rank)
@@ -76,12 +92,29 @@ func (v *validator) structure() error {
 		if r.Rank < 0 || r.GPU < 0 || r.Domain < 0 {
 			return fmt.Errorf("world: rank %d: rank, gpu and domain must be non-negative", r.Rank)
 		}
-		if o, dup := gpus[r.GPU]; dup {
-			return fmt.Errorf("world: ranks %d and %d are both on GPU %d", o, r.Rank, r.GPU)
-		}
-		gpus[r.GPU] = r.Rank
-		v.world[r.Rank] = r
+		gpus[i] = r.GPU
 	}
+	// Two ranks on one GPU: the GPUs as a rank list, indexed, have fewer
+	// distinct entries than ranks.
+	gi := layout.NewRankIndex(gpus)
+	for i, g := range gpus {
+		if gi.Pos(g) == i {
+			continue
+		}
+		// Name the first rank whose GPU an earlier rank has.
+		first := map[int]int{}
+		for _, r := range s.World {
+			if o, dup := first[r.GPU]; dup {
+				return fmt.Errorf("world: ranks %d and %d are both on GPU %d", o, r.Rank, r.GPU)
+			}
+			first[r.GPU] = r.Rank
+		}
+	}
+	ranks := make([]int, len(s.World))
+	for i, r := range s.World {
+		ranks[i] = r.Rank
+	}
+	v.world = layout.NewRankIndex(ranks)
 	if s.ChunkBytes <= 0 {
 		return fmt.Errorf("chunk_bytes = %d: must be positive", s.ChunkBytes)
 	}
@@ -91,7 +124,7 @@ func (v *validator) structure() error {
 				return fmt.Errorf("tensors[%d] (%s) %s: %w", i, t.Name, [2]string{"src", "dst"}[side], err)
 			}
 			for _, r := range l.Mesh.Ranks {
-				if _, ok := v.world[r]; !ok {
+				if v.world.Pos(r) < 0 {
 					return fmt.Errorf("tensors[%d] (%s): rank %d is not in the world", i, t.Name, r)
 				}
 			}
@@ -100,14 +133,25 @@ func (v *validator) structure() error {
 			return fmt.Errorf("tensors[%d] (%s): source and destination differ in shape or dtype", i, t.Name)
 		}
 	}
-	type key struct{ tensor, rank int }
-	inputs, outputs := map[key]int{}, map[key]int{}
+	// Per tensor, which source and destination mesh positions have their
+	// input and output buffer.
+	inputs, outputs := make([][]bool, len(s.Tensors)), make([][]bool, len(s.Tensors))
+	mark := func(seen [][]bool, ti, pos, n int) bool {
+		if seen[ti] == nil {
+			seen[ti] = make([]bool, n)
+		}
+		dup := seen[ti][pos]
+		seen[ti][pos] = true
+		return dup
+	}
+	// Per rank of the world, its own buffers' bytes and its arena's extent.
+	mem, arena := make([]int64, len(s.World)), make([]int64, len(s.World))
 	for i := range s.Buffers {
 		b := &s.Buffers[i]
 		if b.ID != i {
 			return fmt.Errorf("buffers[%d]: id %d, want %d", i, b.ID, i)
 		}
-		if _, ok := v.world[b.Rank]; !ok {
+		if v.world.Pos(b.Rank) < 0 {
 			return fmt.Errorf("buffer %d: rank %d is not in the world", i, b.Rank)
 		}
 		if b.Kind < Input || b.Kind > Staging {
@@ -121,6 +165,22 @@ func (v *validator) structure() error {
 		}
 		if b.InArena && (b.ArenaOffset < 0 || b.ArenaOffset > math.MaxInt64-b.Bytes) {
 			return fmt.Errorf("buffer %d: arena_offset %d out of range", i, b.ArenaOffset)
+		}
+		if end := b.Bytes + b.ArenaOffset; b.Bytes > MaxBufferBytes || (b.InArena && end > MaxBufferBytes) {
+			what := fmt.Sprintf("%d bytes", b.Bytes)
+			if b.InArena {
+				what = fmt.Sprintf("%d bytes at arena offset %d", b.Bytes, b.ArenaOffset)
+			}
+			return fmt.Errorf("buffer %d (%s on rank %d): %s: %w (at most %d bytes, 1 TiB, per buffer)", i, b.Kind, b.Rank, what, ErrTooLarge, MaxBufferBytes)
+		}
+		w := v.world.Pos(b.Rank)
+		if b.InArena {
+			arena[w] = max(arena[w], b.Bytes+b.ArenaOffset)
+		} else {
+			mem[w] += b.Bytes
+		}
+		if n := mem[w] + arena[w]; n > MaxRankBytes { // checked as it grows: no overflow
+			return fmt.Errorf("rank %d: its buffers take at least %d bytes: %w (at most %d bytes, 16 TiB, per rank)", b.Rank, n, ErrTooLarge, MaxRankBytes)
 		}
 		if !b.Placed() {
 			if b.Kind != Staging {
@@ -139,26 +199,23 @@ func (v *validator) structure() error {
 		if want := b.Box.Elems() * t.Src.DType.Size(); b.Bytes != want {
 			return fmt.Errorf("buffer %d: %d bytes, but box %v of %v is %d", i, b.Bytes, b.Box, t.Src.DType, want)
 		}
-		k := key{b.Tensor, b.Rank}
 		switch b.Kind {
 		case Input:
-			pos := meshIndex(t.Src.Mesh, b.Rank)
+			pos := v.meshIndex(t.Src.Mesh, b.Rank)
 			if pos < 0 || !t.Src.LocalBox(pos).Equal(b.Box) {
 				return fmt.Errorf("buffer %d: input of rank %d holds %v, which is not its source box of %s", i, b.Rank, b.Box, t.Name)
 			}
-			if _, dup := inputs[k]; dup {
+			if mark(inputs, b.Tensor, pos, len(t.Src.Mesh.Ranks)) {
 				return fmt.Errorf("buffer %d: a second input of %s on rank %d", i, t.Name, b.Rank)
 			}
-			inputs[k] = i
 		case Output:
-			pos := meshIndex(t.Dst.Mesh, b.Rank)
+			pos := v.meshIndex(t.Dst.Mesh, b.Rank)
 			if pos < 0 || !t.Dst.LocalBox(pos).Equal(b.Box) {
 				return fmt.Errorf("buffer %d: output of rank %d holds %v, which is not its destination box of %s", i, b.Rank, b.Box, t.Name)
 			}
-			if _, dup := outputs[k]; dup {
+			if mark(outputs, b.Tensor, pos, len(t.Dst.Mesh.Ranks)) {
 				return fmt.Errorf("buffer %d: a second output of %s on rank %d", i, t.Name, b.Rank)
 			}
-			outputs[k] = i
 		}
 	}
 	for ti, t := range s.Tensors {
@@ -166,7 +223,7 @@ func (v *validator) structure() error {
 			if t.Dst.LocalBox(pos).Empty() {
 				continue
 			}
-			if _, ok := outputs[key{ti, r}]; !ok {
+			if outputs[ti] == nil || !outputs[ti][pos] {
 				return fmt.Errorf("tensor %s: destination rank %d has no output buffer", t.Name, r)
 			}
 		}
@@ -182,7 +239,7 @@ func (v *validator) structure() error {
 func (v *validator) op(i int32) error {
 	s := v.s
 	op := &s.Ops[i]
-	if _, ok := v.world[int(op.Rank)]; !ok {
+	if v.world.Pos(int(op.Rank)) < 0 {
 		return v.opErr(i, "rank is not in the world")
 	}
 	if op.DepOff < 0 || op.DepLen < 0 || int64(op.DepOff)+int64(op.DepLen) > int64(len(s.DepPool)) {
@@ -242,7 +299,7 @@ func (v *validator) op(i int32) error {
 		if r.IsBox() {
 			return v.opErr(i, "%s must be a byte range", what)
 		}
-		if _, ok := v.world[int(op.Peer)]; !ok || op.Peer == op.Rank {
+		if v.world.Pos(int(op.Peer)) < 0 || op.Peer == op.Rank {
 			return v.opErr(i, "peer %d is not another rank of the world", op.Peer)
 		}
 		if op.Match < 0 || int(op.Match) >= len(s.Ops) {
@@ -296,6 +353,27 @@ func (v *validator) op(i int32) error {
 // to the other and the recvs there match in ID order, as NCCL's per-peer
 // FIFO matching requires.
 func (v *validator) pairOrder() error {
+	// The sends of a pair are matched by its recvs (op checked that), so
+	// they match in order exactly when, taken in ID order, their recvs
+	// ascend: one pass with the last recv per pair, and the counts below
+	// only to name the culprit.
+	last := map[int64]int32{}
+	ok := true
+	for i := range v.s.Ops {
+		op := &v.s.Ops[i]
+		if op.Kind != Send {
+			continue
+		}
+		k := int64(op.Rank)<<32 | int64(uint32(op.Peer))
+		if l, seen := last[k]; seen && op.Match < l {
+			ok = false
+			break
+		}
+		last[k] = op.Match
+	}
+	if ok {
+		return nil
+	}
 	// The k-th send from a to b must match the k-th recv on b from a.
 	seq := make([]int32, len(v.s.Ops))
 	sends, recvs := map[int64]int32{}, map[int64]int32{}
@@ -403,13 +481,23 @@ func (v *validator) acyclic() error {
 	return nil
 }
 
-func meshIndex(m layout.Mesh, rank int) int {
-	for i, r := range m.Ranks {
-		if r == rank {
-			return i
-		}
+// meshIndex returns the position of a rank in a mesh, or -1 when it is not
+// in it. Each mesh's index is built once (tensors sharing a rank list share
+// it), so the lookups of all buffers cost linear time in the meshes' sizes.
+func (v *validator) meshIndex(m layout.Mesh, rank int) int {
+	if len(m.Ranks) == 0 {
+		return -1
 	}
-	return -1
+	key := meshKey{&m.Ranks[0], len(m.Ranks)}
+	idx, ok := v.meshPos[key]
+	if !ok {
+		idx = layout.NewRankIndex(m.Ranks)
+		if v.meshPos == nil {
+			v.meshPos = map[meshKey]*layout.RankIndex{}
+		}
+		v.meshPos[key] = idx
+	}
+	return idx.Pos(rank)
 }
 
 // span is a half-open byte range of a buffer and the op that wrote it.

@@ -1,0 +1,142 @@
+package plan
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+	"strconv"
+
+	"github.com/m2n-project/m2n/model/layout"
+)
+
+// DefaultMaxOps is the most ops one schedule may have unless
+// [Options.MaxOps] says otherwise: about what m2n plans, validates and
+// simulates within seconds and a few GB (an op and what the validator and
+// the simulator keep of it take some 200 bytes).
+const DefaultMaxOps = 10_000_000
+
+// OpsLimitError is the error of a schedule that would have more ops than
+// the limit: the route (or, with Route empty, the regions of one tensor's
+// layouts) would emit at least Ops, counted from the chunk counts before
+// anything is built.
+type OpsLimitError struct {
+	Route string // empty: the regions of one tensor's layouts, from Derive
+	Ops   int64  // at least this many (saturated at MaxInt64)
+	Limit int64
+	Chunk int64 // the chunk size in bytes
+}
+
+func (e *OpsLimitError) Error() string {
+	if e.Route == "" {
+		return fmt.Sprintf("the source and destination layouts meet in %s regions, each at least one op (limit %s ops): raise the limit with --max-ops",
+			FormatCount(e.Ops), FormatCount(e.Limit))
+	}
+	return fmt.Sprintf("the schedule would have at least %s ops at a %s chunk (limit %s): use a larger --chunk, or raise the limit with --max-ops",
+		FormatCount(e.Ops), chunkName(e.Chunk), FormatCount(e.Limit))
+}
+
+func chunkName(b int64) string {
+	if b%(1<<20) == 0 {
+		return strconv.FormatInt(b>>20, 10) + " MiB"
+	}
+	if b%(1<<10) == 0 {
+		return strconv.FormatInt(b>>10, 10) + " KiB"
+	}
+	return strconv.FormatInt(b, 10) + " B"
+}
+
+// FormatCount writes a count exactly below a million and as 1.2e12 above.
+func FormatCount(n int64) string {
+	if n < 1_000_000 {
+		return strconv.FormatInt(n, 10)
+	}
+	m, e := float64(n), 0
+	for m >= 10 {
+		m /= 10
+		e++
+	}
+	s := strconv.FormatFloat(math.Floor(m*10)/10, 'f', -1, 64)
+	return s + "e" + strconv.Itoa(e)
+}
+
+// addSat and mulSat are int64 arithmetic on non-negative values that
+// saturates at MaxInt64 instead of overflowing.
+func addSat(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+func mulSat(a, b int64) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi != 0 || lo > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(lo)
+}
+
+// ChunkCount is len(Chunks(g, elem, chunkBytes)), computed without building
+// the chunks, in time linear in the box's rank.
+func ChunkCount(g layout.Box, elem, chunkBytes int64) int64 {
+	d, _, n := chunkGrid(g, elem, chunkBytes)
+	for k := range d {
+		n = mulSat(n, g.Size[k])
+	}
+	return n
+}
+
+// minOps is a lower bound on the ops the route emits for tensor ti, from
+// the chunk counts alone: every chunk that moves is a send and a recv, a
+// local copy one op. Past limit it may stop counting early (a count that
+// would take longer than building what the limit allows).
+func (b *builder) minOps(ti int, limit int64) int64 {
+	r := b.regions[ti]
+	t := &b.s.Tensors[ti]
+	elem, cb := b.elem(ti), b.s.ChunkBytes
+	full := layout.Box{Start: make([]int64, len(t.Src.Shape)), Size: t.Src.Shape}
+	var n int64
+	switch b.s.Route {
+	case Flat, Hierarchical:
+		// Per destination slot, each replica gets each contribution (at
+		// least one op each, counted first); flat sends its chunks to every
+		// replica that does not hold it, hierarchical to every replica but
+		// the leader.
+		var gate int64          // each replica and contribution: at least one op
+		held := map[int]int64{} // per source slot, the slot's replicas holding it
+		for k, sl := range r.DstSlots {
+			lo, hi := r.SlotContribs(k)
+			reps := int64(len(sl.Ranks))
+			if gate = addSat(gate, mulSat(reps, int64(hi-lo))); gate > limit {
+				return gate // too many to count one by one
+			}
+			clear(held)
+			for _, d := range sl.Ranks {
+				if s := r.SrcSlotOf(d); s >= 0 {
+					held[s]++
+				}
+			}
+			for j := lo; j < hi; j++ {
+				c := ChunkCount(r.Contribs[j].Box, elem, cb)
+				sends, rest := reps-1, int64(1) // rest: the leader's copy or chunks, at least one op
+				if b.s.Route == Flat {
+					sends = reps - held[r.Contribs[j].Src]
+					rest = reps - sends // local copies
+				}
+				n = addSat(n, addSat(mulSat(2*sends, c), rest))
+			}
+		}
+	case AGBcast:
+		// The broadcast: each chunk to every destination rank but the root.
+		n = mulSat(2*int64(len(t.Dst.Mesh.Ranks)-1), ChunkCount(full, elem, cb))
+	case NemoLegacy:
+		// The broadcast, and the all-gather: each source rank receives
+		// every slot it lacks.
+		n = mulSat(2*int64(len(t.Dst.Mesh.Ranks)-1), ChunkCount(full, elem, cb))
+		for _, sl := range r.SrcSlots {
+			lack := int64(len(t.Src.Mesh.Ranks) - len(sl.Ranks))
+			n = addSat(n, mulSat(2*lack, ChunkCount(sl.Box, elem, cb)))
+		}
+	}
+	return n
+}
