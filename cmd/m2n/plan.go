@@ -67,7 +67,7 @@ of each route; print a summary of both.`)
 	var scheds []*ir.Schedule // with --check or --ir
 	for _, p := range points {
 		for _, t := range p.Tensors {
-			r, err := plan.Derive(t.Src, t.Dst)
+			r, err := plan.DeriveLimit(t.Src, t.Dst, sel.maxOps) // --max-ops bounds the regions too
 			if err != nil {
 				return fmt.Errorf("point %s, tensor %s: %w", p.Label(), t.Name, err)
 			}
