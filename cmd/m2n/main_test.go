@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"flag"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -67,24 +66,7 @@ func TestGolden(t *testing.T) {
 		{"report-sweep-bad-type", []string{"report", "testdata/scenarios/sweep-bad-type.toml", "-o", "testdata/never-written"}},
 		{"report-out-not-a-folder", []string{"report", "--route", "flat", "--point", "rho=2", "paper-ffn-moe", "-o", "testdata/scenarios/uneven.toml/out"}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			stdout, stderr, code := run(t, tc.args...)
-			got := fmt.Sprintf("$ m2n %s\nexit %d\n-- stdout --\n%s-- stderr --\n%s", strings.Join(tc.args, " "), code, stdout, stderr)
-			path := filepath.Join("testdata", "golden", tc.name+".golden")
-			if *update {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run go test -update to create it)", err)
-			}
-			if got != string(want) {
-				t.Errorf("output differs from %s (go test -update rewrites it)\n--- got ---\n%s\n--- want ---\n%s", path, got, want)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { golden(t, tc.name, tc.args...) })
 	}
 }
 
