@@ -71,12 +71,6 @@ func TestGPUCompileError(t *testing.T) {
 	}
 }
 
-func gpuTopology() *topo.Topology {
-	tp, _ := topo.Preset("hgx-h200")
-	tp.GPUsPerDomain, tp.Domains = 4, 3
-	return tp
-}
-
 // Random schedules run on the GPU, every destination byte checked there.
 func TestGPULoopbackRandom(t *testing.T) {
 	if _, err := Devices(); err != nil {
