@@ -8,6 +8,7 @@ import (
 
 	"github.com/m2n-project/m2n/model/units"
 	"github.com/m2n-project/m2n/plan/ir"
+	"github.com/m2n-project/m2n/plan/program"
 )
 
 // Backends.
@@ -130,8 +131,8 @@ type Executor struct {
 	s    *ir.Schedule
 	g    gpu
 	opt  Options
-	prog *program
-	mode mode
+	prog *program.Program
+	mode program.Mode
 
 	devOf   map[int32]int    // rank -> device index of this process; absent: a remote rank
 	devices []int            // device indices in use
@@ -176,7 +177,7 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 		x.opt.Transport = TransportNCCL
 	}
 	if x.opt.Transport == TransportNCCL {
-		x.mode = wavesMode
+		x.mode = program.Waves
 	}
 	for _, d := range devOf {
 		if !slices.Contains(x.devices, d) {
@@ -259,16 +260,16 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 	for _, cs := range comms {
 		nComms = max(nComms, len(cs))
 	}
-	prog, err := compile(s, dev, opt.Lanes, x.mode, opt.WaveBytes, nComms)
+	prog, err := program.Compile(s, program.Options{Dev: dev, Lanes: opt.Lanes, Mode: x.mode, WaveBytes: opt.WaveBytes, Comms: nComms})
 	if err != nil {
 		x.Close()
 		return nil, err
 	}
 	x.prog = prog
-	for _, k := range prog.streams {
+	for _, k := range prog.Streams {
 		var st handle
-		if k.dev >= 0 {
-			if st, err = g.newStream(k.dev); err != nil {
+		if k.Dev >= 0 {
+			if st, err = g.newStream(k.Dev); err != nil {
 				x.Close()
 				return nil, err
 			}
@@ -277,22 +278,22 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 	}
 	// Events carry dependencies; each lives on the device whose stream
 	// records it.
-	evDev := make([]int, prog.events)
-	for _, st := range prog.steps {
-		if st.record >= 0 {
-			evDev[st.record] = prog.streams[st.stream].dev
+	evDev := make([]int, prog.Events)
+	for _, st := range prog.Steps {
+		if st.Record >= 0 {
+			evDev[st.Record] = prog.Streams[st.Stream].Dev
 		}
-		if st.rrecord >= 0 {
-			evDev[st.rrecord] = prog.streams[st.rstrm].dev
+		if st.RRecord >= 0 {
+			evDev[st.RRecord] = prog.Streams[st.RStream].Dev
 		}
-		for _, e := range st.more {
-			evDev[e] = prog.streams[st.stream].dev
+		for _, e := range st.More {
+			evDev[e] = prog.Streams[st.Stream].Dev
 		}
-		for _, e := range st.rmore {
-			evDev[e] = prog.streams[st.rstrm].dev
+		for _, e := range st.RMore {
+			evDev[e] = prog.Streams[st.RStream].Dev
 		}
 	}
-	for e := range prog.events {
+	for e := range prog.Events {
 		var ev handle
 		if evDev[e] >= 0 {
 			if ev, err = g.newEvent(evDev[e], false); err != nil {
@@ -316,7 +317,7 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 	}
 	for i := range x.streams {
 		var ev handle
-		if d := prog.streams[i].dev; d >= 0 {
+		if d := prog.Streams[i].Dev; d >= 0 {
 			if ev, err = g.newEvent(d, false); err != nil {
 				x.Close()
 				return nil, err
@@ -398,15 +399,15 @@ func (x *Executor) Run() (_ *Result, err error) {
 		}
 	}()
 	res := &Result{Device: x.g.name(x.devices[0]), Kernels: x.g.arch(x.devices[0]), Ops: len(x.s.Ops),
-		Steps: len(x.prog.steps), Streams: len(x.streams), Events: x.prog.events, Waves: x.prog.waves, WaveCapBytes: x.prog.waveCap}
+		Steps: len(x.prog.Steps), Streams: len(x.streams), Events: x.prog.Events, Waves: x.prog.Groups, WaveCapBytes: x.prog.GroupCapBytes}
 	for _, d := range x.devices {
 		if x.need[d] > res.PeakDeviceBytes {
 			res.PeakDeviceBytes, res.StagingBytes = x.need[d], x.staging[d]
 		}
 	}
 	res.Mode = "device copies on " + fmt.Sprint(len(x.streams)) + " streams"
-	if x.mode == wavesMode {
-		res.Mode = fmt.Sprintf("NCCL send/recv in %d groups", x.prog.waves)
+	if x.mode == program.Waves {
+		res.Mode = fmt.Sprintf("NCCL send/recv in %d groups", x.prog.Groups)
 	}
 	if x.opt.Graph {
 		res.Mode += ", CUDA graph"
@@ -586,8 +587,8 @@ func (x *Executor) iteration() error {
 			}
 		}
 	}
-	for k := range x.prog.steps {
-		if err := x.issue(&x.prog.steps[k]); err != nil {
+	for k := range x.prog.Steps {
+		if err := x.issue(&x.prog.Steps[k]); err != nil {
 			return err
 		}
 	}
@@ -634,13 +635,13 @@ func (x *Executor) local(r int32) bool {
 	return ok
 }
 
-func (x *Executor) issue(st *step) error {
+func (x *Executor) issue(st *program.Step) error {
 	g := x.g
-	switch st.kind {
-	case stepGroupStart:
+	switch st.Kind {
+	case program.GroupStart:
 		x.pending = x.pending[:0]
 		return g.groupStart()
-	case stepGroupEnd:
+	case program.GroupEnd:
 		if err := g.groupEnd(); err != nil {
 			return err
 		}
@@ -651,10 +652,10 @@ func (x *Executor) issue(st *step) error {
 		}
 		return nil
 	}
-	op := &x.s.Ops[st.op]
+	op := &x.s.Ops[st.Op]
 	var sendHere, recvHere bool
 	var rop *ir.Op
-	if st.kind == stepXfer {
+	if st.Kind == program.Xfer {
 		rop = &x.s.Ops[op.Match]
 		sendHere, recvHere = x.local(op.Rank), x.local(rop.Rank)
 	} else if !x.local(op.Rank) {
@@ -669,35 +670,35 @@ func (x *Executor) issue(st *step) error {
 		}
 		return nil
 	}
-	stream := x.streams[st.stream]
+	stream := x.streams[st.Stream]
 	switch {
-	case st.kind == stepLocal:
-		if err := waitOn(st.stream, st.waits); err != nil {
+	case st.Kind == program.Local:
+		if err := waitOn(st.Stream, st.Waits); err != nil {
 			return err
 		}
 		if err := x.local1(op, stream); err != nil {
 			return err
 		}
-		if st.record >= 0 {
-			return g.record(x.events[st.record], stream)
+		if st.Record >= 0 {
+			return g.record(x.events[st.Record], stream)
 		}
 		return nil
-	case x.mode == streamsMode:
+	case x.mode == program.Streams:
 		if !recvHere {
 			return nil // a peer process copies it
 		}
-		if err := waitOn(st.stream, st.waits); err != nil {
+		if err := waitOn(st.Stream, st.Waits); err != nil {
 			return err
 		}
-		if err := g.copy(x.addr(rop.Dst), x.addr(op.Src), st.bytes, stream); err != nil {
+		if err := g.copy(x.addr(rop.Dst), x.addr(op.Src), st.Bytes, stream); err != nil {
 			return err
 		}
-		if st.record >= 0 {
-			if err := g.record(x.events[st.record], stream); err != nil {
+		if st.Record >= 0 {
+			if err := g.record(x.events[st.Record], stream); err != nil {
 				return err
 			}
 		}
-		for _, e := range st.more {
+		for _, e := range st.More {
 			if err := g.record(x.events[e], stream); err != nil {
 				return err
 			}
@@ -707,33 +708,33 @@ func (x *Executor) issue(st *step) error {
 	// Waves mode: each local end of the transfer joins the open NCCL group;
 	// its events are recorded once the group ends.
 	if sendHere {
-		if err := waitOn(st.stream, st.waits); err != nil {
+		if err := waitOn(st.Stream, st.Waits); err != nil {
 			return err
 		}
 		d := x.devOf[op.Rank]
-		if err := g.send(x.addr(op.Src), st.bytes, x.peerOf[rop.Rank], x.comms[d][st.comm], stream); err != nil {
+		if err := g.send(x.addr(op.Src), st.Bytes, x.peerOf[rop.Rank], x.comms[d][st.Comm], stream); err != nil {
 			return err
 		}
-		if st.record >= 0 {
-			x.pending = append(x.pending, [2]handle{x.events[st.record], stream})
+		if st.Record >= 0 {
+			x.pending = append(x.pending, [2]handle{x.events[st.Record], stream})
 		}
-		for _, e := range st.more {
+		for _, e := range st.More {
 			x.pending = append(x.pending, [2]handle{x.events[e], stream})
 		}
 	}
 	if recvHere {
-		if err := waitOn(st.rstrm, st.rwaits); err != nil {
+		if err := waitOn(st.RStream, st.RWaits); err != nil {
 			return err
 		}
 		d := x.devOf[rop.Rank]
-		rs := x.streams[st.rstrm]
-		if err := g.recv(x.addr(rop.Dst), st.bytes, x.peerOf[op.Rank], x.comms[d][st.comm], rs); err != nil {
+		rs := x.streams[st.RStream]
+		if err := g.recv(x.addr(rop.Dst), st.Bytes, x.peerOf[op.Rank], x.comms[d][st.Comm], rs); err != nil {
 			return err
 		}
-		if st.rrecord >= 0 {
-			x.pending = append(x.pending, [2]handle{x.events[st.rrecord], rs})
+		if st.RRecord >= 0 {
+			x.pending = append(x.pending, [2]handle{x.events[st.RRecord], rs})
 		}
-		for _, e := range st.rmore {
+		for _, e := range st.RMore {
 			x.pending = append(x.pending, [2]handle{x.events[e], rs})
 		}
 	}
@@ -768,7 +769,7 @@ func (x *Executor) addr(r ir.Region) uint64 { return x.bufAddr[r.Buf] + uint64(r
 // local1 issues a copy, pack or unpack.
 func (x *Executor) local1(op *ir.Op, st handle) error {
 	if !op.Src.IsBox() && !op.Dst.IsBox() {
-		if x.mode == wavesMode && x.opt.LocalCopyBlocks >= 0 {
+		if x.mode == program.Waves && x.opt.LocalCopyBlocks >= 0 {
 			return x.g.copyOn(x.addr(op.Dst), x.addr(op.Src), op.Src.Bytes, x.opt.LocalCopyBlocks, st)
 		}
 		return x.g.copy(x.addr(op.Dst), x.addr(op.Src), op.Src.Bytes, st)

@@ -56,8 +56,10 @@ func violations(pkgs []pkg) []string {
 			switch {
 			case isPure(p.ImportPath) && strings.HasPrefix(d, module) && (dr == "native" || strings.HasPrefix(dr, "native/")):
 				out = append(out, fmt.Sprintf("%s reaches native: the pure core never touches a device", r))
-			case (r == "sim" || r == "plan/ir") && strings.HasPrefix(d, module) && (dr == "plan" || strings.HasPrefix(dr, "plan/") && dr != "plan/ir"):
-				out = append(out, fmt.Sprintf("%s reaches the planner (%s): it reads the Schedule IR (plan/ir) only", r, dr))
+			case (r == "sim" || r == "plan/ir" || r == "plan/program") && strings.HasPrefix(d, module) && (dr == "plan" || strings.HasPrefix(dr, "plan/") && dr != "plan/ir" && dr != "plan/program"):
+				out = append(out, fmt.Sprintf("%s reaches the planner (%s): it reads the Schedule IR (plan/ir) and the executor's program of it (plan/program) only", r, dr))
+			case r == "plan/ir" && dr == "plan/program":
+				out = append(out, fmt.Sprintf("%s reaches %s: the program is computed from the IR, not the other way", r, dr))
 			}
 		}
 	}
@@ -118,6 +120,8 @@ func TestViolations(t *testing.T) {
 		{"sim imports the planner", []pkg{{ImportPath: m("sim"), Deps: []string{m("plan/ir"), m("plan")}}}, "sim reaches the planner (plan)"},
 		{"sim imports the host executor", []pkg{{ImportPath: m("sim"), Deps: []string{m("plan/hostexec")}}}, "sim reaches the planner (plan/hostexec)"},
 		{"the IR imports the planner", []pkg{{ImportPath: m("plan/ir"), Deps: []string{m("plan")}}}, "plan/ir reaches the planner"},
+		{"the IR imports the program", []pkg{{ImportPath: m("plan/ir"), Deps: []string{m("plan/program")}}}, "plan/ir reaches plan/program"},
+		{"the program imports the planner", []pkg{{ImportPath: m("plan/program"), Deps: []string{m("plan/ir"), m("plan")}}}, "plan/program reaches the planner (plan)"},
 		{"cgo outside native", []pkg{{ImportPath: m("sim"), CgoFiles: []string{"fast.go"}}}, "sim uses cgo (fast.go)"},
 	} {
 		got := violations(tc.pkgs)

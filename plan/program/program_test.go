@@ -1,7 +1,8 @@
-package native
+package program
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -73,21 +74,21 @@ func twoGPUSchedule(t *testing.T, route string, experts int64) *ir.Schedule {
 func TestGroupsOnePerPairChain(t *testing.T) {
 	for _, route := range []string{plan.Flat, plan.Hierarchical} {
 		s := twoGPUSchedule(t, route, 8)
-		p, err := compile(s, func(r int32) int { return int(r) }, 4, wavesMode, 0, 1)
+		p, err := Compile(s, Options{Dev: func(r int32) int { return int(r) }, Lanes: 4, Mode: Waves})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p.waves != 1 {
-			t.Errorf("%s: %d groups, want 1", route, p.waves)
+		if p.Groups != 1 {
+			t.Errorf("%s: %d groups, want 1", route, p.Groups)
 		}
 		// Each direction's chunks are one contiguous region on both sides:
 		// one NCCL send/recv each way.
 		xfers := 0
-		for _, st := range p.steps {
-			if st.kind == stepXfer {
+		for _, st := range p.Steps {
+			if st.Kind == Xfer {
 				xfers++
-				if st.bytes != 4*256*1024*2 {
-					t.Errorf("%s: a transfer of %d bytes, want the whole half (%d)", route, st.bytes, 4*256*1024*2)
+				if st.Bytes != 4*256*1024*2 {
+					t.Errorf("%s: a transfer of %d bytes, want the whole half (%d)", route, st.Bytes, 4*256*1024*2)
 				}
 			}
 		}
@@ -138,19 +139,68 @@ func TestGroupsPipelineForwarding(t *testing.T) {
 	}
 }
 
-// The copy transport across processes takes schedules whose sends read
-// inputs and wait only for earlier sends to the same peer.
-func TestIPCEligible(t *testing.T) {
-	for _, tc := range []struct {
-		route string
-		ok    bool
-	}{{plan.Flat, true}, {plan.Hierarchical, true}, {plan.AGBcast, false}, {plan.NemoLegacy, false}} {
-		err := ipcEligible(twoGPUSchedule(t, tc.route, 4))
-		if (err == nil) != tc.ok {
-			t.Errorf("%s: got %v, want eligible %v", tc.route, err, tc.ok)
+// randomLayout draws a layout of shape over some of ranks.
+func randomLayout(rng *rand.Rand, shape []int64, ranks []int) layout.Layout {
+	na := 1 + rng.IntN(2)
+	ms := make([]int, na)
+	size := 1
+	for a := range ms {
+		ms[a] = 1 + rng.IntN(3)
+		size *= ms[a]
+	}
+	perm := rng.Perm(len(ranks))
+	rs := make([]int, size)
+	for i := range rs {
+		rs[i] = ranks[perm[i%len(perm)]] // may repeat when size > len: retried below
+	}
+	ps := make([]layout.Placement, na)
+	for a := range ps {
+		if rng.IntN(3) > 0 {
+			ps[a] = layout.S(rng.IntN(len(shape)))
 		}
-		if err != nil && !errors.Is(err, ErrScheduleNotSupported) {
-			t.Errorf("%s: %v is not ErrScheduleNotSupported", tc.route, err)
+	}
+	return layout.Layout{Shape: shape, DType: []layout.DType{layout.BF16, layout.FP32, layout.Int8}[rng.IntN(3)], Mesh: layout.Mesh{Shape: ms, Ranks: rs}, Placements: ps}
+}
+
+// randomSchedule builds a verified schedule over ranks 0..11 in domains of 4.
+func randomSchedule(t *testing.T, rng *rand.Rand) *ir.Schedule {
+	tp, _ := topo.Preset("hgx-h200")
+	tp.GPUsPerDomain, tp.Domains = 4, 3
+	for {
+		nd := 1 + rng.IntN(3)
+		shape := make([]int64, nd)
+		for d := range shape {
+			shape[d] = 1 + rng.Int64N(9)
 		}
+		src := randomLayout(rng, shape, []int{0, 1, 2, 3, 4, 5})
+		dst := randomLayout(rng, shape, []int{4, 5, 6, 7, 8, 9, 10, 11})
+		dst.DType = src.DType
+		if src.Mesh.Validate() != nil || dst.Mesh.Validate() != nil {
+			continue
+		}
+		route := plan.Routes[rng.IntN(len(plan.Routes))]
+		opt := plan.Options{Route: route, ChunkBytes: 1 + rng.Int64N(48)}
+		if rng.IntN(2) == 0 {
+			// A staging cap: buffers share each rank's arena, reused once
+			// consumed; one to three times the least cap that works when
+			// the draw is below it, so that several buffers live at once.
+			opt.StagingCapBytes = 1 + rng.Int64N(512)
+		}
+		// One to three tensors of the same layouts: a capped schedule then
+		// places several tensors' staging in one arena.
+		ts := []ir.Tensor{{Name: "t", Src: src, Dst: dst}}
+		for k := range rng.IntN(3) {
+			ts = append(ts, ir.Tensor{Name: fmt.Sprintf("t%d", k+1), Src: src, Dst: dst})
+		}
+		s, err := plan.Build(ts, tp, opt)
+		var ce *plan.StagingCapError
+		if errors.As(err, &ce) {
+			opt.StagingCapBytes = ce.Need * (1 + rng.Int64N(3))
+			s, err = plan.Build(ts, tp, opt)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
 	}
 }

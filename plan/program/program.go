@@ -1,4 +1,9 @@
-package native
+// Package program computes how the GPU executor issues a schedule: the order
+// in which the host issues its ops, the stream each runs on, the events that
+// carry dependencies between streams, the NCCL groups transfers are cut into,
+// and the chunks of one pair merged into one send/recv or copy. It needs no
+// device: native runs a program, and sim models one (docs/native.md).
+package program
 
 import (
 	"container/heap"
@@ -8,81 +13,101 @@ import (
 	"github.com/m2n-project/m2n/plan/ir"
 )
 
-// A program is the order in which the host issues a schedule's ops to the
+// A Program is the order in which the host issues a schedule's ops to the
 // GPU, with the stream each runs on and the events that carry dependencies
 // between streams. It is computed once, without a device, and replayed for
 // every iteration.
-type program struct {
-	steps   []step
-	streams []streamKey // stream index -> its device and its role
-	events  int         // events the program records (indices 0..events-1)
-	waves   int         // NCCL groups (waves mode); 0 in streams mode
-	waveCap int64       // the per-pair bytes groups were cut at; 0: uncut
+type Program struct {
+	Steps   []Step
+	Streams []Stream // stream index -> its device and its role
+	Events  int      // events the program records (indices 0..Events-1)
+	Groups  int      // NCCL groups (Waves mode); 0 in Streams mode
+	// GroupCapBytes is the per-pair bytes groups were cut at; 0: uncut.
+	GroupCapBytes int64
 }
 
-type streamKey struct {
-	dev  int
-	lane int
+// Stream is one stream of a device: Lane >= 0 a pool stream for local ops
+// and copies, Lane < 0 the stream of NCCL communicator -1-Lane.
+type Stream struct {
+	Dev  int
+	Lane int
 }
 
-type stepKind uint8
+// StepKind is what a step issues.
+type StepKind uint8
 
 const (
-	stepLocal      stepKind = iota // a copy, pack or unpack: op
-	stepXfer                       // a send/recv pair: op is the send, match the recv
-	stepGroupStart                 // waves mode: open an NCCL group
-	stepGroupEnd                   // waves mode: close it
+	Local      StepKind = iota // a copy, pack or unpack: Op
+	Xfer                       // a send/recv pair: Op is the send, its Match the recv
+	GroupStart                 // Waves mode: open an NCCL group
+	GroupEnd                   // Waves mode: close it
 )
 
-type step struct {
-	kind    stepKind
-	op      int32   // the op (for a transfer, the send)
-	stream  int     // where it runs; for a transfer in waves mode, the send's stream
-	rstrm   int     // waves mode: the recv's stream
-	waits   []int32 // events to wait for on stream first
-	rwaits  []int32 // waves mode: events the recv's stream waits for first
-	record  int32   // event to record on stream after it, or -1
-	rrecord int32   // waves mode: event to record on rstrm after the recv, or -1
+// Step is one thing the host issues.
+type Step struct {
+	Kind    StepKind
+	Op      int32   // the op (for a transfer, the send)
+	Stream  int     // where it runs; for a transfer in Waves mode, the send's stream
+	RStream int     // Waves mode: the recv's stream
+	Waits   []int32 // events to wait for on Stream first
+	RWaits  []int32 // Waves mode: events the recv's stream waits for first
+	Record  int32   // event to record on Stream after it, or -1
+	RRecord int32   // Waves mode: event to record on RStream after the recv, or -1
 	// A transfer step may carry several of the schedule's transfers between
 	// one ordered pair whose bytes are adjacent on both sides (chunks of one
-	// contiguous region): one NCCL send/recv or device copy of bytes,
-	// starting at op's regions. more and rmore are the merged transfers'
-	// own events, recorded with record and rrecord.
-	bytes       int64
-	more, rmore []int32
-	comm        int // waves mode: the index of the device's communicator
+	// contiguous region): one NCCL send/recv or device copy of Bytes,
+	// starting at Op's regions. More and RMore are the merged transfers'
+	// own events, recorded with Record and RRecord; Merged lists the merged
+	// transfers' sends after Op.
+	Bytes       int64
+	More, RMore []int32
+	Merged      []int32
+	Comm        int // Waves mode: the index of the device's communicator
 }
 
-// mode selects how transfers are issued.
-type mode uint8
+// Mode selects how transfers are issued.
+type Mode uint8
 
 const (
-	// streamsMode issues every op as soon as its turn comes, transfers as
+	// Streams issues every op as soon as its turn comes, transfers as
 	// device copies, on a pool of streams per device; dependencies across
 	// streams become event waits.
-	streamsMode mode = iota
-	// wavesMode groups transfers by dependency level: all transfers of a
-	// level go in one NCCL group, on one NCCL stream per device, as NCCL
-	// serializes a communicator's operations and matches them per group.
-	wavesMode
+	Streams Mode = iota
+	// Waves cuts transfers into NCCL groups on one NCCL stream per device
+	// and communicator, as NCCL serializes a communicator's operations and
+	// matches them per group.
+	Waves
 )
 
-// compile turns a schedule into a program. dev maps a rank to its device;
-// lanes is the number of local-op streams per device.
-func compile(s *ir.Schedule, dev func(rank int32) int, lanes int, m mode, waveBytes int64, comms int) (*program, error) {
+// Options say how to compile.
+type Options struct {
+	// Dev maps a rank to its device; ranks of other processes map to
+	// distinct negative numbers (their streams are never created).
+	Dev   func(rank int32) int
+	Lanes int // local-op streams per device; below 1 means 1
+	Mode  Mode
+	// WaveBytes fixes the per-pair bytes of a group (> 0), chooses them
+	// from the schedule (0) or leaves groups uncut (< 0); Waves mode.
+	WaveBytes int64
+	Comms     int // communicators per device; below 1 means 1
+}
+
+// Compile turns a schedule into a program.
+func Compile(s *ir.Schedule, o Options) (*Program, error) {
+	dev, lanes, m, waveBytes, comms := o.Dev, o.Lanes, o.Mode, o.WaveBytes, o.Comms
 	if lanes < 1 {
 		lanes = 1
 	}
 	n := int32(len(s.Ops))
-	p := &program{}
-	streamOf := map[streamKey]int{}
-	stream := func(k streamKey) int {
+	p := &Program{}
+	streamOf := map[Stream]int{}
+	stream := func(k Stream) int {
 		if i, ok := streamOf[k]; ok {
 			return i
 		}
-		streamOf[k] = len(p.streams)
-		p.streams = append(p.streams, k)
-		return len(p.streams) - 1
+		streamOf[k] = len(p.Streams)
+		p.Streams = append(p.Streams, k)
+		return len(p.Streams) - 1
 	}
 	// Lanes: per rank, packs on one, unpacks and copies on another; per
 	// ordered pair of ranks, its transfers on a third (streams mode). Lane
@@ -118,17 +143,17 @@ func compile(s *ir.Schedule, dev func(rank int32) int, lanes int, m mode, waveBy
 		d := dev(op.Rank)
 		switch op.Kind {
 		case ir.Pack:
-			opStream[i] = stream(streamKey{d, lane(d, [3]int32{op.Rank, -1, 0})})
+			opStream[i] = stream(Stream{Dev: d, Lane: lane(d, [3]int32{op.Rank, -1, 0})})
 		case ir.Copy, ir.Unpack:
-			opStream[i] = stream(streamKey{d, lane(d, [3]int32{op.Rank, -1, 1})})
+			opStream[i] = stream(Stream{Dev: d, Lane: lane(d, [3]int32{op.Rank, -1, 1})})
 		case ir.Send, ir.Recv:
-			if m == wavesMode {
+			if m == Waves {
 				// Each ordered pair's transfers on one of the device's
-				// communicators, and its stream: several communicators
+				// communicators, and its Stream: several communicators
 				// (loopback) run their queues concurrently.
 				c := commOf(op.Rank, op.Peer, op.Kind)
 				opComm[i] = c
-				opStream[i] = stream(streamKey{d, -1 - c})
+				opStream[i] = stream(Stream{Dev: d, Lane: -1 - c})
 				continue
 			}
 			from, to := op.Rank, op.Peer
@@ -137,7 +162,7 @@ func compile(s *ir.Schedule, dev func(rank int32) int, lanes int, m mode, waveBy
 			}
 			// Both ends of a device copy run on the receiver's device.
 			rd := dev(to)
-			opStream[i] = stream(streamKey{rd, lane(rd, [3]int32{from, to, 2})})
+			opStream[i] = stream(Stream{Dev: rd, Lane: lane(rd, [3]int32{from, to, 2})})
 		}
 	}
 	// Issue order: a topological order of the graph with each send/recv
@@ -151,7 +176,7 @@ func compile(s *ir.Schedule, dev func(rank int32) int, lanes int, m mode, waveBy
 	// in waves mode each end has its own stream and event (a send may
 	// complete before its recv has).
 	key := func(i int32) int32 {
-		if m == streamsMode {
+		if m == Streams {
 			return rep(s, i)
 		}
 		return i
@@ -164,8 +189,8 @@ func compile(s *ir.Schedule, dev func(rank int32) int, lanes int, m mode, waveBy
 		for _, d := range s.Deps(i) {
 			k := key(d)
 			if opStream[k] != opStream[i] && event[k] < 0 {
-				event[k] = int32(p.events)
-				p.events++
+				event[k] = int32(p.Events)
+				p.Events++
 			}
 		}
 	}
@@ -181,43 +206,43 @@ func compile(s *ir.Schedule, dev func(rank int32) int, lanes int, m mode, waveBy
 		}
 		return dedupe(w)
 	}
-	emit := func(i int32) step {
+	emit := func(i int32) Step {
 		op := &s.Ops[i]
 		if op.Kind == ir.Send || op.Kind == ir.Recv {
 			snd, rcv := i, op.Match
 			if op.Kind == ir.Recv {
 				snd, rcv = op.Match, i
 			}
-			if m == streamsMode {
+			if m == Streams {
 				st := opStream[snd]
-				return step{kind: stepXfer, op: snd, stream: st, rstrm: st, record: event[snd], rrecord: -1, waits: waitsFor(st, snd, rcv), bytes: s.Ops[snd].Src.Bytes}
+				return Step{Kind: Xfer, Op: snd, Stream: st, RStream: st, Record: event[snd], RRecord: -1, Waits: waitsFor(st, snd, rcv), Bytes: s.Ops[snd].Src.Bytes}
 			}
-			return step{kind: stepXfer, op: snd, stream: opStream[snd], rstrm: opStream[rcv],
-				waits: waitsFor(opStream[snd], snd), rwaits: waitsFor(opStream[rcv], rcv),
-				record: event[snd], rrecord: event[rcv], bytes: s.Ops[snd].Src.Bytes, comm: opComm[snd]}
+			return Step{Kind: Xfer, Op: snd, Stream: opStream[snd], RStream: opStream[rcv],
+				Waits: waitsFor(opStream[snd], snd), RWaits: waitsFor(opStream[rcv], rcv),
+				Record: event[snd], RRecord: event[rcv], Bytes: s.Ops[snd].Src.Bytes, Comm: opComm[snd]}
 		}
-		return step{kind: stepLocal, op: i, stream: opStream[i], rstrm: opStream[i], record: event[i], rrecord: -1, waits: waitsFor(opStream[i], i)}
+		return Step{Kind: Local, Op: i, Stream: opStream[i], RStream: opStream[i], Record: event[i], RRecord: -1, Waits: waitsFor(opStream[i], i)}
 	}
-	if m == streamsMode {
+	if m == Streams {
 		// A transfer joins the previous step of its stream when that is a
 		// transfer of the same pair whose regions end where its begin, and
 		// it waits for nothing: one device copy instead of several.
 		last := map[int]int{} // stream -> index of its last step
 		for _, i := range order {
 			st := emit(i)
-			if st.kind == stepXfer && len(st.waits) == 0 {
-				if k, ok := last[st.stream]; ok && p.steps[k].kind == stepXfer && adjacent(s, &p.steps[k], st.op) {
-					merge(s, &p.steps[k], &st)
+			if st.Kind == Xfer && len(st.Waits) == 0 {
+				if k, ok := last[st.Stream]; ok && p.Steps[k].Kind == Xfer && adjacent(s, &p.Steps[k], st.Op) {
+					merge(&p.Steps[k], &st)
 					continue
 				}
 			}
-			last[st.stream] = len(p.steps)
-			p.steps = append(p.steps, st)
+			last[st.Stream] = len(p.Steps)
+			p.Steps = append(p.Steps, st)
 		}
 		return p, nil
 	}
 	groups := assignGroups(s, order, waveBytes)
-	p.waves, p.waveCap = groups.count, groups.capBytes
+	p.Groups, p.GroupCapBytes = groups.count, groups.capBytes
 	// Steps: per group, the local ops that may run before it (every
 	// transfer they wait for is in an earlier group), then the group.
 	// Local ops keep the topological order within a bucket.
@@ -253,12 +278,12 @@ func compile(s *ir.Schedule, dev func(rank int32) int, lanes int, m mode, waveBy
 				sinks = append(sinks, i)
 				continue
 			}
-			p.steps = append(p.steps, emit(i))
+			p.Steps = append(p.Steps, emit(i))
 		}
 		if g == groups.count || len(byGroup[g]) == 0 {
 			continue
 		}
-		p.steps = append(p.steps, step{kind: stepGroupStart, record: -1, rrecord: -1})
+		p.Steps = append(p.Steps, Step{Kind: GroupStart, Record: -1, RRecord: -1})
 		// Transfers of one ordered pair in a group run in order (NCCL's
 		// per-peer rule), so chunks of one contiguous region that follow
 		// each other on the pair merge into one send/recv: NCCL pays a fixed
@@ -268,16 +293,16 @@ func compile(s *ir.Schedule, dev func(rank int32) int, lanes int, m mode, waveBy
 			st := emit(i)
 			op := &s.Ops[i]
 			k := [2]int32{op.Rank, op.Peer}
-			if j, ok := lastOfPair[k]; ok && adjacent(s, &p.steps[j], i) {
-				merge(s, &p.steps[j], &st)
+			if j, ok := lastOfPair[k]; ok && adjacent(s, &p.Steps[j], i) {
+				merge(&p.Steps[j], &st)
 				continue
 			}
-			lastOfPair[k] = len(p.steps)
-			p.steps = append(p.steps, st)
+			lastOfPair[k] = len(p.Steps)
+			p.Steps = append(p.Steps, st)
 		}
-		p.steps = append(p.steps, step{kind: stepGroupEnd, record: -1, rrecord: -1})
+		p.Steps = append(p.Steps, Step{Kind: GroupEnd, Record: -1, RRecord: -1})
 		for _, i := range sinks {
-			p.steps = append(p.steps, emit(i))
+			p.Steps = append(p.Steps, emit(i))
 		}
 	}
 	return p, nil
@@ -411,8 +436,8 @@ func cutGroups(s *ir.Schedule, order []int32, capBytes int64) cutResult {
 // adjacent reports whether transfer snd (a send) continues transfer step
 // st: the same ordered pair, and byte ranges that start where st's end, in
 // the same buffers on both sides.
-func adjacent(s *ir.Schedule, st *step, snd int32) bool {
-	a, b := &s.Ops[st.op], &s.Ops[snd]
+func adjacent(s *ir.Schedule, st *Step, snd int32) bool {
+	a, b := &s.Ops[st.Op], &s.Ops[snd]
 	if a.Rank != b.Rank || a.Peer != b.Peer {
 		return false
 	}
@@ -420,23 +445,24 @@ func adjacent(s *ir.Schedule, st *step, snd int32) bool {
 	if a.Src.IsBox() || b.Src.IsBox() || ra.Dst.IsBox() || rb.Dst.IsBox() {
 		return false
 	}
-	return a.Src.Buf == b.Src.Buf && a.Src.Offset+st.bytes == b.Src.Offset &&
-		ra.Dst.Buf == rb.Dst.Buf && ra.Dst.Offset+st.bytes == rb.Dst.Offset
+	return a.Src.Buf == b.Src.Buf && a.Src.Offset+st.Bytes == b.Src.Offset &&
+		ra.Dst.Buf == rb.Dst.Buf && ra.Dst.Offset+st.Bytes == rb.Dst.Offset
 }
 
 // merge adds transfer step t to step st: its bytes, waits and events.
-func merge(s *ir.Schedule, st, t *step) {
-	st.bytes += t.bytes
-	st.waits = dedupe(append(st.waits, t.waits...))
-	st.rwaits = dedupe(append(st.rwaits, t.rwaits...))
-	if t.record >= 0 {
-		st.more = append(st.more, t.record)
+func merge(st, t *Step) {
+	st.Bytes += t.Bytes
+	st.Merged = append(append(st.Merged, t.Op), t.Merged...)
+	st.Waits = dedupe(append(st.Waits, t.Waits...))
+	st.RWaits = dedupe(append(st.RWaits, t.RWaits...))
+	if t.Record >= 0 {
+		st.More = append(st.More, t.Record)
 	}
-	if t.rrecord >= 0 {
-		st.rmore = append(st.rmore, t.rrecord)
+	if t.RRecord >= 0 {
+		st.RMore = append(st.RMore, t.RRecord)
 	}
-	st.more = append(st.more, t.more...)
-	st.rmore = append(st.rmore, t.rmore...)
+	st.More = append(st.More, t.More...)
+	st.RMore = append(st.RMore, t.RMore...)
 }
 
 // rep is the op that stands for a transfer: its send.
