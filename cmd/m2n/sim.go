@@ -27,7 +27,7 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 	trace := fs.String("trace", "", "write a Chrome/Perfetto trace of the timeline to this file (needs one route and one point)")
 	flowsOut := fs.String("flows", "", "write the simulated flows as JSON to this file (needs one route and one point)")
 	irIn := fs.String("ir", "", "simulate this schedule IR file instead of a scenario")
-	topoName := fs.String("topology", "", "with --ir: the topology preset ("+strings.Join(topo.PresetNames(), ", ")+")")
+	topoName := fs.String("topology", "", "with --ir: the topology preset ("+strings.Join(scenario.PresetNames(), ", ")+")")
 	var sel selection
 	sel.register(fs)
 	pos, err := fs.parse(args)
@@ -137,9 +137,9 @@ func simJobs(sc *scenario.Scenario, points []*scenario.Point, sel *selection) ([
 // its world.
 func irJob(path, preset string) (simJob, error) {
 	if preset == "" {
-		return simJob{}, usagef("--ir needs --topology (one of %s)", strings.Join(topo.PresetNames(), ", "))
+		return simJob{}, usagef("--ir needs --topology (one of %s)", strings.Join(scenario.PresetNames(), ", "))
 	}
-	tp, err := topo.Preset(preset)
+	tp, err := scenario.Preset(preset)
 	if err != nil {
 		return simJob{}, usageError{"--topology: " + err.Error()}
 	}

@@ -45,6 +45,27 @@ type TopologySpec struct {
 	LatencyNet       *units.Time      `toml:"latency_net"`
 	LatencyLocal     *units.Time      `toml:"latency_local"`
 	Placement        *PlacementSpec   `toml:"placement"`
+	Executor         *ExecutorSpec    `toml:"executor"`
+}
+
+// ExecutorSpec sets the GPU executor's measured costs (topo.Executor),
+// per launch mode; unset fields keep the preset's value.
+type ExecutorSpec struct {
+	PackLong   *float64       `toml:"pack_long"`
+	PackShort  *float64       `toml:"pack_short"`
+	PackStage  *float64       `toml:"pack_stage"`
+	OneProcess *ExecCostsSpec `toml:"one_process"`
+	PerGPU     *ExecCostsSpec `toml:"per_gpu"`
+}
+
+// ExecCostsSpec is one launch mode's costs (topo.ExecCosts).
+type ExecCostsSpec struct {
+	PairRate     *units.Bandwidth `toml:"pair_rate"`
+	XferLatency  *units.Time      `toml:"xfer_latency"`
+	GroupLatency *units.Time      `toml:"group_latency"`
+	HostGroup    *units.Time      `toml:"host_group"`
+	HostXfer     *units.Time      `toml:"host_xfer"`
+	HostLaunch   *units.Time      `toml:"host_launch"`
 }
 
 // PlacementSpec places ranks on GPUs explicitly: rank Ranks[i] runs on GPU

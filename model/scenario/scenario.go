@@ -530,12 +530,37 @@ func layoutFrom(shape []int64, dt layout.DType, ls LayoutSpec, meshes map[string
 func topologyFrom(ts TopologySpec, ranks []int) (*topo.Topology, error) {
 	name := ts.Preset
 	if name == "" {
-		return nil, fmt.Errorf("preset: missing (known: %s)", strings.Join(topo.PresetNames(), ", "))
+		return nil, fmt.Errorf("preset: missing (known: %s)", strings.Join(PresetNames(), ", "))
 	}
-	t, err := topo.Preset(name)
+	t, err := lookupPreset(name)
 	if err != nil {
 		return nil, fmt.Errorf("preset: %w", err)
 	}
+	if err := applyTopology(t, ts); err != nil {
+		return nil, err
+	}
+	// Domains default to as many as the ranks need.
+	if ts.Domains != nil {
+		t.Domains = *ts.Domains
+	} else if t.GPUsPerDomain > 0 {
+		maxGPU := 0
+		for _, r := range ranks {
+			maxGPU = max(maxGPU, t.GPU(r))
+		}
+		t.Domains = maxGPU/t.GPUsPerDomain + 1
+	}
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	if err := t.CheckRanks(ranks); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// applyTopology sets a topology's constants from a [topology] table; the
+// fields it leaves unset keep their value.
+func applyTopology(t *topo.Topology, ts TopologySpec) error {
 	setInt := func(dst *int, v *int) {
 		if v != nil {
 			*dst = *v
@@ -566,33 +591,40 @@ func topologyFrom(ts TopologySpec, ranks []int) (*topo.Topology, error) {
 	}
 	if p := ts.Placement; p != nil {
 		if len(p.Ranks) != len(p.GPUs) {
-			return nil, fmt.Errorf("placement: %d ranks but %d gpus; list one GPU per rank", len(p.Ranks), len(p.GPUs))
+			return fmt.Errorf("placement: %d ranks but %d gpus; list one GPU per rank", len(p.Ranks), len(p.GPUs))
 		}
 		t.RankGPU = make(map[int]int, len(p.Ranks))
 		for i, r := range p.Ranks {
 			if _, dup := t.RankGPU[r]; dup {
-				return nil, fmt.Errorf("placement.ranks: rank %d listed twice", r)
+				return fmt.Errorf("placement.ranks: rank %d listed twice", r)
 			}
 			t.RankGPU[r] = p.GPUs[i]
 		}
 	}
-	// Domains default to as many as the ranks need.
-	if ts.Domains != nil {
-		t.Domains = *ts.Domains
-	} else if t.GPUsPerDomain > 0 {
-		maxGPU := 0
-		for _, r := range ranks {
-			maxGPU = max(maxGPU, t.GPU(r))
+	if e := ts.Executor; e != nil {
+		setF := func(dst *float64, v *float64) {
+			if v != nil {
+				*dst = *v
+			}
 		}
-		t.Domains = maxGPU/t.GPUsPerDomain + 1
+		x := &t.Executor
+		setF(&x.PackLong, e.PackLong)
+		setF(&x.PackShort, e.PackShort)
+		setF(&x.PackStage, e.PackStage)
+		for l, c := range []*ExecCostsSpec{topo.OneProcess: e.OneProcess, topo.PerGPU: e.PerGPU} {
+			if c == nil {
+				continue
+			}
+			xc := &x.Costs[l]
+			setBW(&xc.PairRate, c.PairRate)
+			setT(&xc.XferLatency, c.XferLatency)
+			setT(&xc.GroupLatency, c.GroupLatency)
+			setT(&xc.HostGroup, c.HostGroup)
+			setT(&xc.HostXfer, c.HostXfer)
+			setT(&xc.HostLaunch, c.HostLaunch)
+		}
 	}
-	if err := t.Validate(); err != nil {
-		return nil, err
-	}
-	if err := t.CheckRanks(ranks); err != nil {
-		return nil, err
-	}
-	return t, nil
+	return nil
 }
 
 // sortedKeys returns a map's keys in order, so output never depends on

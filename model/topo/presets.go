@@ -35,23 +35,6 @@ var presets = map[string]Topology{
 		Memory:        units.GBps(7000),
 		LatencyNVLink: 3 * units.Microsecond, LatencyNet: 10 * units.Microsecond, LatencyLocal: 2 * units.Microsecond,
 	},
-	// hgx-h200-measured: an HGX H200 with the constants m2n measured on two
-	// H200s of one host with `m2n run --backend nccl`, one process
-	// (docs/calibration.md): one NVLink pair moves 352 GB/s per direction
-	// with both directions busy (1 GiB each way); a stream of send/recv
-	// waves costs about 15 us per wave beyond its bytes (256 MiB in 256
-	// chunks of 1 MiB). In a scenario with gpus_per_domain = 1 each GPU is
-	// its own virtual domain and transfers between GPUs are modeled as NIC
-	// traffic, so nic and latency_net take the same NVLink pair values and
-	// nic_line the pair's line rate (18 x 25 GB/s). Memory: a 1 GiB device
-	// copy, 4.22 TB/s read+write.
-	"hgx-h200-measured": {
-		GPUsPerDomain: 8,
-		NVLinkLine:    units.GBps(450), NVLink: units.GBps(352),
-		NICsPerGPU: 1, NICLine: units.GBps(450), NIC: units.GBps(352),
-		Memory:        units.GBps(4220),
-		LatencyNVLink: 15 * units.Microsecond, LatencyNet: 15 * units.Microsecond, LatencyLocal: 2 * units.Microsecond,
-	},
 	"hgx-h200": {
 		GPUsPerDomain: 8,
 		NVLinkLine:    units.GBps(450), NVLink: units.GBps(370.8),

@@ -44,6 +44,10 @@ type Topology struct {
 	LatencyNet    units.Time // a transfer between domains
 	LatencyLocal  units.Time // a copy, pack or unpack on one GPU (a kernel or copy launch)
 
+	// Executor holds the GPU executor's costs, measured; zero for a
+	// topology from the literature (the network model alone).
+	Executor Executor
+
 	// RankGPU maps a global rank to its GPU index; ranks absent from it run
 	// on the GPU of the same number. GPU g is in domain g / GPUsPerDomain.
 	RankGPU map[int]int
@@ -95,6 +99,7 @@ func (t *Topology) Validate() error {
 	lat("latency_nvlink", t.LatencyNVLink)
 	lat("latency_net", t.LatencyNet)
 	lat("latency_local", t.LatencyLocal)
+	errs = append(errs, t.Executor.validate()...)
 	if t.Oversubscription < 0 {
 		errs = append(errs, fmt.Errorf("oversubscription = %v: must be at least 1 (or 0 for non-blocking)", t.Oversubscription))
 	} else if t.Oversubscription > 0 && t.Oversubscription < 1 {
@@ -169,6 +174,7 @@ func (t *Topology) Ideal() *Topology {
 	c := t.Clone()
 	c.NVLink, c.NIC = c.NVLinkLine, c.NICLine
 	c.LatencyNVLink, c.LatencyNet, c.LatencyLocal = 0, 0, 0
+	c.Executor = Executor{}
 	return c
 }
 
@@ -189,6 +195,13 @@ func (t *Topology) Describe() string {
 	}
 	fmt.Fprintf(&b, "fabric: %s\n", over)
 	fmt.Fprintf(&b, "op start latency: NVLink %v, network %v, local %v\n", t.LatencyNVLink, t.LatencyNet, t.LatencyLocal)
+	if e := &t.Executor; !e.IsZero() {
+		fmt.Fprintf(&b, "executor: pack/unpack at %.2f/%.2f/%.2f of memory (long/short/staged rows)\n", e.PackLong, e.PackShort, e.PackStage)
+		for l, c := range e.Costs {
+			fmt.Fprintf(&b, "executor, %s: pair %v, send/recv %v, group %v; host: group %v, send/recv %v, launch %v\n",
+				Launch(l), c.PairRate, c.XferLatency, c.GroupLatency, c.HostGroup, c.HostXfer, c.HostLaunch)
+		}
+	}
 	return b.String()
 }
 
@@ -199,4 +212,86 @@ func sortedKeys(m map[int]int) []int {
 	}
 	sort.Ints(keys)
 	return keys
+}
+
+// Launch is how the GPU executor's processes are laid out: one process for
+// every GPU of the host, or one process per GPU under a launcher (torchrun,
+// srun, mpirun). The host costs differ between the two.
+type Launch int
+
+const (
+	OneProcess Launch = iota
+	PerGPU
+)
+
+// String is the launch mode's name in presets and records.
+func (l Launch) String() string {
+	if l == PerGPU {
+		return "per-gpu"
+	}
+	return "one-process"
+}
+
+// Executor is what m2n's GPU executor pays beyond the bytes, as `m2n
+// calibrate` measures it (docs/calibration.md). All zero — every preset
+// from the literature — means the simulator models the network alone, as
+// the paper does; set, it simulates the executor's program of the schedule
+// (plan/program): its streams, NCCL groups and merged transfers, and these
+// costs.
+type Executor struct {
+	// Pack efficiencies: the rate of a pack, unpack or box copy as a
+	// fraction of Memory, by the kernel's class: long 16-byte-aligned runs
+	// (at least 4 KiB), short aligned runs, and rows off 16-byte alignment
+	// (staged).
+	PackLong, PackShort, PackStage float64
+	// Costs by launch mode, indexed by Launch.
+	Costs [2]ExecCosts
+}
+
+// ExecCosts are the executor's fixed costs in one launch mode.
+type ExecCosts struct {
+	// PairRate caps the rate of one NCCL send/recv (one pair, one
+	// direction); 0 means no cap beyond the links.
+	PairRate units.Bandwidth
+	// XferLatency is the device time of one NCCL send/recv before its
+	// bytes flow (per merged transfer).
+	XferLatency units.Time
+	// GroupLatency is the device time an NCCL group's kernel costs beyond
+	// its transfers, per device: a later group on the same stream starts
+	// that much after the group's last transfer ends.
+	GroupLatency units.Time
+	// Host time to issue: one NCCL group (per GPU it spans), one NCCL send
+	// or recv call, and one kernel or copy launch with its event waits.
+	HostGroup, HostXfer, HostLaunch units.Time
+}
+
+// IsZero reports whether no executor constant is set.
+func (e *Executor) IsZero() bool { return *e == Executor{} }
+
+// validate reports negative or out-of-range constants.
+func (e *Executor) validate() []error {
+	var errs []error
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"executor.pack_long", e.PackLong}, {"executor.pack_short", e.PackShort}, {"executor.pack_stage", e.PackStage}} {
+		if f.v < 0 || f.v > 1 {
+			errs = append(errs, fmt.Errorf("%s = %g: must be a fraction of memory bandwidth, in [0, 1] (0: 1)", f.name, f.v))
+		}
+	}
+	for l, c := range e.Costs {
+		name := "executor." + strings.ReplaceAll(Launch(l).String(), "-", "_") + "."
+		if c.PairRate < 0 {
+			errs = append(errs, fmt.Errorf("%spair_rate = %v: must not be negative", name, c.PairRate))
+		}
+		for _, t := range []struct {
+			name string
+			v    units.Time
+		}{{"xfer_latency", c.XferLatency}, {"group_latency", c.GroupLatency}, {"host_group", c.HostGroup}, {"host_xfer", c.HostXfer}, {"host_launch", c.HostLaunch}} {
+			if t.v < 0 {
+				errs = append(errs, fmt.Errorf("%s%s = %v: must not be negative", name, t.name, t.v))
+			}
+		}
+	}
+	return errs
 }
