@@ -1,0 +1,85 @@
+package native
+
+import (
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/m2n-project/m2n/model/layout"
+	"github.com/m2n-project/m2n/model/topo"
+	"github.com/m2n-project/m2n/plan"
+	"github.com/m2n-project/m2n/plan/ir"
+	"github.com/m2n-project/m2n/plan/program"
+)
+
+// The simulator's box class (plan/program) names the kernel the executor
+// picks for every pack, unpack and box copy of random schedules, buffers
+// placed as the executor places them.
+func TestBoxClassMatchesKernel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	seen := map[program.BoxClass]int{}
+	var big []*ir.Schedule
+	tp, _ := topo.Preset("hgx-h200")
+	tp.GPUsPerDomain, tp.Domains = 4, 3
+	for _, c := range []struct {
+		shape    []int64
+		src, dst layout.Placement
+	}{
+		{[]int64{4, 64, 4096}, layout.S(1), layout.S(2)}, // long rows
+		{[]int64{4, 64, 1001}, layout.S(1), layout.S(2)}, // odd pitch: staged
+		{[]int64{2, 96, 64}, layout.S(0), layout.S(2)},   // short rows
+	} {
+		src := layout.Layout{Shape: c.shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{4}, Ranks: []int{0, 1, 2, 3}}, Placements: []layout.Placement{c.src}}
+		dst := layout.Layout{Shape: c.shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{4}, Ranks: []int{4, 5, 6, 7}}, Placements: []layout.Placement{c.dst}}
+		s, err := plan.Build([]ir.Tensor{{Name: "w", Src: src, Dst: dst}}, tp, plan.Options{Route: plan.Hierarchical, ChunkBytes: 1 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		big = append(big, s)
+	}
+	for k := range 60 + len(big) {
+		var s *ir.Schedule
+		if k < len(big) {
+			s = big[k]
+		} else {
+			s = randomSchedule(t, rng)
+		}
+		off, _, _ := placement(s)
+		x := &Executor{s: s, bufAddr: make([]uint64, len(s.Buffers))}
+		for i := range s.Buffers {
+			x.bufAddr[i] = 1<<30 + uint64(s.Buffers[i].Rank)<<24 + uint64(off[i])
+		}
+		for i := range s.Ops {
+			op := &s.Ops[i]
+			if op.Kind == ir.Send || op.Kind == ir.Recv {
+				continue
+			}
+			c := program.ClassOf(s, op)
+			seen[c]++
+			if c == program.Contiguous {
+				if op.Src.IsBox() || op.Dst.IsBox() {
+					t.Fatalf("op %d: a box copy classed contiguous", i)
+				}
+				continue
+			}
+			_, kernel, err := x.boxArgs(op)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[program.BoxClass]string{program.LongRuns: "box_copy_long_16", program.Staged: "box_copy_stage"}[c]
+			ok := kernel == want
+			if c == program.ShortRuns {
+				ok = strings.HasPrefix(kernel, "box_copy_short_")
+			}
+			if !ok {
+				t.Fatalf("op %d (%v): class %v, but the executor runs %s", i, op.Kind, c, kernel)
+			}
+		}
+	}
+	for _, c := range []program.BoxClass{program.LongRuns, program.ShortRuns, program.Staged} {
+		if seen[c] == 0 {
+			t.Errorf("no %v box copy in the cases", c)
+		}
+	}
+	t.Logf("classes seen: %v", seen)
+}
