@@ -22,6 +22,9 @@ type Options struct {
 	// Loopback simulates the GPU executor's loopback mode: every rank on one
 	// GPU, every transfer a device copy, all sharing that GPU's memory.
 	Loopback bool
+	// Exec is how the GPU executor runs the schedule; it matters only when
+	// the topology has executor costs (topo.Executor) and Ideal is unset.
+	Exec Exec
 	// Timeline records each op's start and end.
 	Timeline bool
 	// Progress, if set, is told how far the simulation has come: once
@@ -93,6 +96,16 @@ type Result struct {
 	FlowCoef [][]float64
 	FlowLat  []units.Time
 	FlowOps  [][2]int32 // each flow's op(s); the second is -1 for a local op
+	// Modeled, when the simulation modeled the executor (topo.Executor),
+	// is the schedule as the executor runs it, one op per step of its
+	// program, which Ops, FlowOf and FlowOps index; nil when they index
+	// the schedule simulated. FlowRel is then each flow's host issue time:
+	// it starts no earlier, plus its latency.
+	Modeled *ir.Schedule
+	FlowRel []units.Time
+	// Groups is the NCCL groups of the executor's program, when the
+	// simulation modeled the executor (topo.Executor); else 0.
+	Groups int
 }
 
 // ErrDeadlock reports a schedule whose ops can never all run.
@@ -102,6 +115,9 @@ var ErrDeadlock = errors.New("sim: deadlock")
 func Run(s *ir.Schedule, tp *topo.Topology, opt Options) (*Result, error) {
 	if err := tp.Validate(); err != nil {
 		return nil, fmt.Errorf("topology: %w", err)
+	}
+	if !opt.Ideal && !tp.Executor.IsZero() {
+		return runProgram(s, tp, opt)
 	}
 	e, err := newEngine(s, tp, opt)
 	if err != nil {
@@ -151,6 +167,13 @@ type engine struct {
 	seq    int64
 	events eventHeap
 	result *Result
+
+	// The executor model (runProgram): per op, when the host has issued
+	// it, its start latency (negative: its path class's) and its memory
+	// coefficient (0: 2, a copy's read and write); nil otherwise.
+	rel  []units.Time
+	lat1 []units.Time
+	coef []float64
 }
 
 // flowRec is one flow. It holds no pointers, so millions of them cost the
@@ -390,7 +413,11 @@ func (e *engine) newFlow(a, b int32) {
 	if b < 0 {
 		class = ir.Local
 		g := e.rankG[op.Rank]
-		f.hold(e.mem[g], 2)
+		coef := 2.0
+		if e.coef != nil && e.coef[a] > 0 {
+			coef = e.coef[a]
+		}
+		f.hold(e.mem[g], coef)
 		f.bytes = float64(op.Src.Bytes)
 	} else {
 		f.bytes = float64(op.Src.Bytes)
@@ -416,13 +443,23 @@ func (e *engine) newFlow(a, b int32) {
 		}
 	}
 	f.lat, f.class = e.lat[class], class
+	at := e.now
+	if e.rel != nil {
+		if e.lat1[a] >= 0 {
+			f.lat = e.lat1[a]
+		}
+		at = max(at, e.rel[a])
+		if b >= 0 {
+			at = max(at, e.rel[b])
+		}
+	}
 	id := int32(len(e.fl))
 	e.fl = append(e.fl, f)
 	e.flowOf[a] = id
 	if b >= 0 {
 		e.flowOf[b] = id
 	}
-	e.push(event{at: e.now + f.lat, kind: evStart, flow: id})
+	e.push(event{at: at + f.lat, kind: evStart, flow: id})
 	if e.opt.Timeline {
 		e.result.Ops[a].Ready = e.now
 		if b >= 0 {
@@ -434,6 +471,21 @@ func (e *engine) newFlow(a, b int32) {
 func (e *engine) startFlow(id int32) {
 	f := &e.fl[id]
 	f.start, f.last, f.left = e.now, e.now, f.bytes
+	if f.bytes == 0 && e.rel != nil {
+		// The executor model's barriers move nothing: done on arrival,
+		// without entering the max-min solution.
+		e.result.Events++
+		f.fluidID = -1
+		if e.opt.Timeline {
+			for _, o := range f.ops {
+				if o >= 0 {
+					e.result.Ops[o].Start = e.now
+				}
+			}
+		}
+		e.finishFlow(id)
+		return
+	}
 	res, coef := f.path()
 	f.fluidID = e.fluid.add(res, coef, e.capRt[f.class])
 	for int(f.fluidID) >= len(e.byFluid) {
@@ -461,14 +513,19 @@ func (e *engine) finishFlow(id int32) {
 	f.finished = true
 	moved := f.bytes
 	res, coef := f.path()
+	if f.fluidID < 0 {
+		res = nil // a barrier: it held nothing
+	}
 	for k, r := range res {
 		e.bytes[r] += moved * coef[k]
 		if e.active[r]--; e.active[r] == 0 {
 			e.busy[r] += e.now - e.since[r]
 		}
 	}
-	e.fluid.remove(f.fluidID)
-	e.byFluid[f.fluidID] = -1
+	if f.fluidID >= 0 {
+		e.fluid.remove(f.fluidID)
+		e.byFluid[f.fluidID] = -1
+	}
 	e.result.Events++
 	for _, o := range f.ops {
 		if o < 0 {

@@ -21,6 +21,9 @@ func WriteTrace(w io.Writer, s *ir.Schedule, r *Result) error {
 	if r.Ops == nil {
 		return fmt.Errorf("sim: no timeline recorded (run with Options.Timeline)")
 	}
+	if r.Modeled != nil {
+		s = r.Modeled
+	}
 	bw := bufio.NewWriter(w)
 	first := true
 	emit := func(v any) {
@@ -139,6 +142,7 @@ type flowJSON struct {
 	Resources []int32   `json:"resources"`
 	Coef      []float64 `json:"coefficients"`
 	LatencyPS int64     `json:"start_latency_ps"`
+	ReleasePS int64     `json:"release_ps,omitempty"`
 	Deps      []int32   `json:"deps"`
 	Ops       []int32   `json:"ops"`
 }
@@ -151,11 +155,17 @@ func WriteFlows(w io.Writer, s *ir.Schedule, r *Result) error {
 	for i, rs := range r.Resources {
 		out.Resources = append(out.Resources, resourceJSON{i, rs.Name, rs.Class, rs.GPU, rs.Domain, float64(rs.Capacity)})
 	}
+	if r.Modeled != nil {
+		s = r.Modeled
+	}
 	for f := range r.FlowRes {
 		ops := r.FlowOps[f]
 		fj := flowJSON{ID: f, Bytes: s.Ops[ops[0]].Src.Bytes, Resources: r.FlowRes[f], Coef: r.FlowCoef[f], LatencyPS: int64(r.FlowLat[f]), Deps: []int32{}, Ops: []int32{ops[0]}}
 		if ops[1] >= 0 {
 			fj.Ops = append(fj.Ops, ops[1])
+		}
+		if r.FlowRel != nil {
+			fj.ReleasePS = int64(r.FlowRel[f])
 		}
 		seen := map[int32]bool{int32(f): true}
 		for _, o := range fj.Ops {

@@ -1,0 +1,282 @@
+package sim
+
+import (
+	"fmt"
+
+	"github.com/m2n-project/m2n/model/topo"
+	"github.com/m2n-project/m2n/model/units"
+	"github.com/m2n-project/m2n/plan/ir"
+	"github.com/m2n-project/m2n/plan/program"
+)
+
+// Exec says how m2n's GPU executor runs the schedule, for the executor
+// model: a topology with measured executor costs (topo.Executor) makes the
+// simulator run the executor's program of the schedule (plan/program)
+// instead of the schedule's ops alone. Its zero value is the executor's
+// default: one process, NCCL transfers between GPUs, device copies in
+// loopback.
+type Exec struct {
+	Launch topo.Launch
+	// Transport: "" for the executor's default, "nccl" (NCCL send/recv in
+	// groups) or "copy" (device copies on streams).
+	Transport string
+	// WaveBytes as the executor's --wave-bytes: > 0 fixes the per-pair
+	// bytes of an NCCL group, 0 lets the executor choose, < 0 leaves
+	// groups uncut.
+	WaveBytes int64
+	// Lanes is the streams per device for local ops and copies; 0 means the
+	// executor's 4.
+	Lanes int
+	// LoopbackComms is the NCCL communicators of loopback (NCCL transport
+	// on one GPU); 0 means the executor's 4.
+	LoopbackComms int
+}
+
+// modeled is a schedule rewritten as the executor runs it: one op per
+// step of its program (a merged transfer is one send/recv pair), with the
+// order of each stream, the barrier between NCCL groups on a stream, when
+// the host has issued each op (rel) and each op's start latency (lat) and
+// memory coefficient (coef).
+type modeled struct {
+	s    *ir.Schedule
+	rel  []units.Time
+	lat  []units.Time
+	coef []float64
+	// of maps each op of the original schedule to its op here.
+	of []int32
+	// groups is the NCCL groups the program issues (0 with copies).
+	groups int
+}
+
+// model compiles the executor's program of s and rewrites s as it runs.
+func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
+	ex := opt.Exec
+	x := &tp.Executor
+	costs := x.Costs[ex.Launch]
+	copyT := ex.Transport == "copy" || ex.Transport == "" && opt.Loopback
+	if ex.Transport != "" && ex.Transport != "copy" && ex.Transport != "nccl" {
+		return nil, fmt.Errorf("executor transport %q: want nccl or copy", ex.Transport)
+	}
+	world := s.WorldMap()
+	dev := func(r int32) int {
+		if opt.Loopback {
+			return 0
+		}
+		return world[int(r)].GPU
+	}
+	po := program.Options{Dev: dev, Lanes: ex.Lanes, Mode: program.Waves, WaveBytes: ex.WaveBytes, Comms: 1}
+	if po.Lanes == 0 {
+		po.Lanes = 4
+	}
+	if copyT {
+		po.Mode = program.Streams
+	} else if opt.Loopback {
+		po.Comms = ex.LoopbackComms
+		if po.Comms == 0 {
+			po.Comms = 4
+		}
+	}
+	p, err := program.Compile(s, po)
+	if err != nil {
+		return nil, fmt.Errorf("executor program: %w", err)
+	}
+	m := &modeled{s: &ir.Schedule{Route: s.Route, World: s.World, Tensors: s.Tensors, Buffers: s.Buffers}, of: make([]int32, len(s.Ops)), groups: p.Groups}
+	for i := range m.of {
+		m.of[i] = -1
+	}
+	// The host: one issuing thread per process, which issues without
+	// waiting for the device.
+	proc := func(d int) int {
+		if ex.Launch == topo.PerGPU {
+			return d
+		}
+		return 0
+	}
+	clock := map[int]units.Time{}
+	last := map[int]int32{}    // stream -> its last op (local ops and copies)
+	barrier := map[int]int32{} // NCCL stream -> the barrier after its last group
+	var members []int32        // ops of the open group
+	onStream := map[int][]int32{}
+	add := func(op ir.Op, rel, lat units.Time, coef float64, deps []int32) int32 {
+		id := m.s.AddOp(op, dedupeDeps(deps)...)
+		m.rel, m.lat, m.coef = append(m.rel, rel), append(m.lat, lat), append(m.coef, coef)
+		return id
+	}
+	// deps maps the dependencies of original ops to ops here.
+	deps := func(ops ...int32) []int32 {
+		var out []int32
+		for _, o := range ops {
+			for _, d := range s.Deps(o) {
+				if m.of[d] >= 0 {
+					out = append(out, m.of[d])
+				}
+			}
+		}
+		return out
+	}
+	packRate := func(c program.BoxClass) float64 {
+		f := map[program.BoxClass]float64{program.LongRuns: x.PackLong, program.ShortRuns: x.PackShort, program.Staged: x.PackStage}[c]
+		if f <= 0 {
+			return 2
+		}
+		return 2 / f
+	}
+	for k := range p.Steps {
+		st := &p.Steps[k]
+		switch st.Kind {
+		case program.Local:
+			op := s.Ops[st.Op]
+			d := dev(op.Rank)
+			clock[proc(d)] += costs.HostLaunch
+			ds := deps(st.Op)
+			if l, ok := last[st.Stream]; ok {
+				ds = append(ds, l)
+			}
+			id := add(op, clock[proc(d)], tp.LatencyLocal, packRate(program.ClassOf(s, &op)), ds)
+			m.of[st.Op] = id
+			last[st.Stream] = id
+		case program.Xfer:
+			snd := s.Ops[st.Op]
+			rcv := s.Ops[snd.Match]
+			ends := append([]int32{st.Op}, st.Merged...)
+			rends := make([]int32, len(ends))
+			for i, e := range ends {
+				rends[i] = s.Ops[e].Match
+			}
+			snd.Src.Bytes = st.Bytes
+			rcv.Dst.Bytes = st.Bytes
+			sd, rd := dev(snd.Rank), dev(rcv.Rank)
+			var sdeps, rdeps []int32
+			var rel, lat units.Time
+			if po.Mode == program.Streams {
+				// One device copy on the stream, issued by the receiver's
+				// process.
+				clock[proc(rd)] += costs.HostLaunch
+				rel = clock[proc(rd)]
+				sdeps = append(deps(ends...), deps(rends...)...)
+				if l, ok := last[st.Stream]; ok {
+					sdeps = append(sdeps, l)
+				}
+				lat = -1 // the path class's latency
+			} else {
+				clock[proc(sd)] += costs.HostXfer
+				clock[proc(rd)] += costs.HostXfer
+				sdeps, rdeps = deps(ends...), deps(rends...)
+				if b, ok := barrier[st.Stream]; ok {
+					sdeps = append(sdeps, b)
+				}
+				if b, ok := barrier[st.RStream]; ok {
+					rdeps = append(rdeps, b)
+				}
+				lat = costs.XferLatency
+			}
+			si := add(snd, rel, lat, 0, sdeps)
+			ri := add(rcv, rel, lat, 0, rdeps)
+			m.s.Ops[si].Match, m.s.Ops[ri].Match = ri, si
+			for i, e := range ends {
+				m.of[e], m.of[rends[i]] = si, ri
+			}
+			if po.Mode == program.Streams {
+				last[st.Stream] = si
+				continue
+			}
+			members = append(members, si, ri)
+			onStream[st.Stream] = append(onStream[st.Stream], si)
+			onStream[st.RStream] = append(onStream[st.RStream], ri)
+		case program.GroupStart:
+			members = members[:0]
+			clear(onStream)
+		case program.GroupEnd:
+			// ncclGroupEnd launches the group's kernels: each process pays
+			// the group's host cost once per GPU of its own in the group.
+			gpus := map[int]map[int]bool{}
+			for stream := range onStream {
+				d := p.Streams[stream].Dev
+				if gpus[proc(d)] == nil {
+					gpus[proc(d)] = map[int]bool{}
+				}
+				gpus[proc(d)][d] = true
+			}
+			for pr, ds := range gpus {
+				clock[pr] += units.Time(len(ds)) * costs.HostGroup
+			}
+			for _, id := range members {
+				m.rel[id] = clock[proc(dev(m.s.Ops[id].Rank))]
+			}
+			// The next group on a stream starts after this one's kernel
+			// ends there: a barrier per stream, after every transfer of the
+			// group on it and the kernel's own cost.
+			for _, stream := range sortedStreams(onStream) {
+				ops := onStream[stream]
+				bar := ir.Op{Kind: ir.Copy, Rank: m.s.Ops[ops[0]].Rank, Peer: -1, Match: -1}
+				barrier[stream] = add(bar, 0, costs.GroupLatency, 0, ops)
+			}
+		}
+	}
+	return m, nil
+}
+
+func sortedStreams(m map[int][]int32) []int {
+	out := make([]int, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && out[j] < out[j-1]; j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out
+}
+
+func dedupeDeps(d []int32) []int32 {
+	if len(d) < 2 {
+		return d
+	}
+	seen := make(map[int32]bool, len(d))
+	out := d[:0]
+	for _, x := range d {
+		if !seen[x] {
+			seen[x] = true
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// runProgram simulates the executor's program of s (see modeled); the
+// result's flows, spans and ops are those of the modeled schedule
+// (Result.Modeled).
+func runProgram(s *ir.Schedule, tp *topo.Topology, opt Options) (*Result, error) {
+	m, err := model(s, tp, opt)
+	if err != nil {
+		return nil, err
+	}
+	if c := tp.Executor.Costs[opt.Exec.Launch].PairRate; c > 0 {
+		for _, k := range []ir.Class{ir.NVLink, ir.Net} {
+			if opt.FlowCap[k] == 0 {
+				opt.FlowCap[k] = c
+			}
+		}
+	}
+	e, err := newEngine(m.s, tp, opt)
+	if err != nil {
+		return nil, err
+	}
+	e.rel, e.lat1, e.coef = m.rel, m.lat, m.coef
+	r, err := e.run()
+	if err != nil {
+		return nil, err
+	}
+	// The flows, spans and ops of the result are the modeled schedule's.
+	r.Modeled = m.s
+	r.FlowRel = make([]units.Time, len(r.FlowOps))
+	for f, ops := range r.FlowOps {
+		r.FlowRel[f] = m.rel[ops[0]]
+		if ops[1] >= 0 {
+			r.FlowRel[f] = max(r.FlowRel[f], m.rel[ops[1]])
+		}
+	}
+	r.Groups = m.groups
+	return r, nil
+}

@@ -1,0 +1,175 @@
+package sim
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/m2n-project/m2n/model/layout"
+	"github.com/m2n-project/m2n/model/topo"
+	"github.com/m2n-project/m2n/model/units"
+	"github.com/m2n-project/m2n/plan"
+	"github.com/m2n-project/m2n/plan/ir"
+)
+
+// pingPong is w transfers of n bytes between ranks 0 and 1 (GPUs 0 and 1,
+// one domain), each forwarding what the previous one delivered: each in an
+// NCCL group of its own.
+func pingPong(w int, n int64) *ir.Schedule {
+	s := &ir.Schedule{Route: "ping-pong", World: []ir.Rank{{Rank: 0, GPU: 0}, {Rank: 1, GPU: 1}}}
+	for k := range w {
+		s.Buffers = append(s.Buffers, ir.Buffer{ID: k, Rank: k % 2, Kind: ir.Staging, Bytes: n, Tensor: -1})
+	}
+	prev := int32(-1)
+	for k := range w {
+		from, to := int32(k%2), int32(1-k%2)
+		var deps []int32
+		if prev >= 0 {
+			deps = []int32{prev}
+		}
+		snd := s.AddOp(ir.Op{Kind: ir.Send, Rank: from, Peer: to, Src: ir.Region{Buf: int32(k), Bytes: n}}, deps...)
+		rcv := s.AddOp(ir.Op{Kind: ir.Recv, Rank: to, Peer: from, Dst: ir.Region{Buf: int32((k + 1) % w), Bytes: n}})
+		s.Ops[snd].Match, s.Ops[rcv].Match = rcv, snd
+		prev = rcv
+	}
+	return s
+}
+
+func h200(costs topo.ExecCosts) *topo.Topology {
+	t, _ := topo.Preset("hgx-h200")
+	t.Executor.PackLong = 1
+	t.Executor.Costs[topo.OneProcess] = costs
+	return t
+}
+
+// With a known per-group cost, a schedule of W groups costs exactly W times
+// it more; so does a per-transfer latency.
+func TestGroupCostExact(t *testing.T) {
+	for _, w := range []int{1, 2, 7, 64} {
+		s := pingPong(w, 1<<20)
+		base, err := Run(s, h200(topo.ExecCosts{}), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if base.Groups != w {
+			t.Fatalf("w=%d: the program has %d groups", w, base.Groups)
+		}
+		const c = 13 * units.Microsecond
+		for _, costs := range []topo.ExecCosts{{GroupLatency: c}, {XferLatency: c}} {
+			r, err := Run(s, h200(costs), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := r.Makespan-base.Makespan, units.Time(w)*c; got != want {
+				t.Errorf("w=%d %+v: costs %v more, want exactly %v", w, costs, got, want)
+			}
+		}
+	}
+}
+
+// Host-bound: when each group's bytes take no time, a process that issues
+// every group for both GPUs finishes after W x 2 x the host's group cost.
+func TestHostGroupCost(t *testing.T) {
+	const h = 9 * units.Microsecond
+	for _, w := range []int{1, 5, 40} {
+		r, err := Run(pingPong(w, 1), h200(topo.ExecCosts{HostGroup: h}), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := units.Time(w) * 2 * h
+		if d := r.Makespan - want; d < 0 || d > units.Nanosecond {
+			t.Errorf("w=%d: makespan %v, want %v plus the bytes' picoseconds", w, r.Makespan, want)
+		}
+		// One process per GPU: each pays for its own GPU only.
+		tp := h200(topo.ExecCosts{})
+		tp.Executor.Costs[topo.PerGPU] = topo.ExecCosts{HostGroup: h}
+		r, err = Run(pingPong(w, 1), tp, Options{Exec: Exec{Launch: topo.PerGPU}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := r.Makespan - units.Time(w)*h; d < 0 || d > units.Nanosecond {
+			t.Errorf("w=%d per GPU: makespan %v, want %v", w, r.Makespan, units.Time(w)*h)
+		}
+	}
+}
+
+// Zero executor costs leave the network model; and --ideal stays the SOL
+// model whatever the executor costs.
+func TestExecutorOnlyWhenMeasured(t *testing.T) {
+	s, err := plan.Build(paper(2), nvl72(2), plan.Options{Route: plan.Hierarchical})
+	if err != nil {
+		t.Fatal(err)
+	}
+	withCosts := nvl72(2)
+	withCosts.Executor = h200(topo.ExecCosts{HostGroup: 10 * units.Microsecond, XferLatency: 5 * units.Microsecond}).Executor
+	for _, ideal := range []bool{false, true} {
+		a, err := Run(s, nvl72(2), Options{Ideal: ideal})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := Run(s, withCosts, Options{Ideal: ideal})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if same := a.Makespan == b.Makespan && a.Events == b.Events; same != ideal {
+			t.Errorf("ideal=%v: %v without executor costs, %v with: the same? %v", ideal, a.Makespan, b.Makespan, same)
+		}
+		if b.Modeled == nil != ideal {
+			t.Errorf("ideal=%v: modeled the executor: %v", ideal, b.Modeled != nil)
+		}
+	}
+}
+
+// The executor model of random schedules, every route and mode, runs to
+// the end and moves exactly the schedule's bytes on each path class.
+func TestProgramModelConserves(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 32))
+	for i := range 40 {
+		shape := []int64{int64(4 + rng.IntN(32)), int64(16 + rng.IntN(128))}
+		src := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{4}, Ranks: layout.RankRange(0, 4)}, Placements: []layout.Placement{layout.S(rng.IntN(2))}}
+		dst := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{2, 2}, Ranks: layout.RankRange(2+rng.IntN(4), 4)}, Placements: []layout.Placement{layout.R, layout.S(rng.IntN(2))}}
+		tp := h200(topo.ExecCosts{HostGroup: 9 * units.Microsecond, HostXfer: units.Microsecond, HostLaunch: 3 * units.Microsecond, XferLatency: 5 * units.Microsecond, GroupLatency: 4 * units.Microsecond, PairRate: units.GBps(300)})
+		tp.Executor.Costs[topo.PerGPU] = tp.Executor.Costs[topo.OneProcess]
+		tp.Executor.PackShort, tp.Executor.PackStage = 0.7, 0.6
+		tp.GPUsPerDomain, tp.Domains = 4, 3
+		for _, route := range plan.Routes {
+			s, err := plan.Build([]ir.Tensor{{Name: "t", Src: src, Dst: dst}}, tp, plan.Options{Route: route, ChunkBytes: int64(64 + rng.IntN(512))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := s.Stats()
+			for _, o := range []Options{
+				{}, {Exec: Exec{Launch: topo.PerGPU}}, {Exec: Exec{Transport: "copy"}},
+				{Exec: Exec{WaveBytes: 256}}, {Loopback: true}, {Loopback: true, Exec: Exec{Transport: "nccl"}},
+			} {
+				o.Timeline = true
+				r, err := Run(s, tp, o)
+				if err != nil {
+					t.Fatalf("case %d %s %+v: %v", i, route, o, err)
+				}
+				if o.Loopback {
+					continue
+				}
+				var net, nvl int64
+				for _, rs := range r.Resources {
+					switch rs.Class {
+					case NICEgress:
+						net += rs.Bytes
+					case NVLinkEgress:
+						nvl += rs.Bytes
+					}
+				}
+				if net != st.Bytes[ir.Net] || nvl != st.Bytes[ir.NVLink] {
+					t.Fatalf("case %d %s %+v: moved network %d, NVLink %d; the schedule has %d, %d", i, route, o, net, nvl, st.Bytes[ir.Net], st.Bytes[ir.NVLink])
+				}
+				m := r.Modeled
+				for x := range int32(len(m.Ops)) {
+					for _, d := range m.Deps(x) {
+						if r.Ops[x].Start < r.Ops[d].End {
+							t.Fatalf("case %d %s: modeled op %d starts at %v before its dependency %d ends at %v", i, route, x, r.Ops[x].Start, d, r.Ops[d].End)
+						}
+					}
+				}
+			}
+		}
+	}
+}
