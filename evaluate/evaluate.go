@@ -93,6 +93,15 @@ func (r *Record) Label() string {
 // HasMeasured reports whether the record has a reference measurement.
 func (r *Record) HasMeasured() bool { return r.Measured > 0 }
 
+// RunError is the model's error against the GPU run: modeled / measured
+// median - 1; 0 without a run or a model.
+func (r *Record) RunError() float64 {
+	if r.Run == nil || !r.Run.Ran() || r.Run.Err != nil || r.Modeled <= 0 {
+		return 0
+	}
+	return r.Modeled.Seconds()/r.Run.Median().Seconds() - 1
+}
+
 // MeasuredError is modeled / measured - 1; 0 without a measurement.
 func (r *Record) MeasuredError() float64 {
 	if !r.HasMeasured() {
@@ -184,6 +193,9 @@ func Schedule(s *ir.Schedule, tp *topo.Topology, opt Options) (Record, *sim.Resu
 	res, err := sim.Run(s, mtp, sopt)
 	if err != nil {
 		return rec, nil, fmt.Errorf("simulation: %w", err)
+	}
+	if res.Modeled != nil {
+		rec.ModeledOn += ", executor model " + sopt.Exec.Launch.String()
 	}
 	rec.Modeled, rec.Flows, rec.Events = res.Makespan, res.Flows, res.Events
 	rec.Bottleneck = res.Bottleneck

@@ -24,6 +24,7 @@ type runRecord struct {
 	MeasuredMin  float64        `json:"measured_min_s"`
 	MeasuredMax  float64        `json:"measured_max_s"`
 	Modeled      float64        `json:"modeled_s"`
+	ModelError   float64        `json:"model_error"` // modeled / measured - 1
 	ModeledOn    string         `json:"modeled_on"`
 	SOL          float64        `json:"sol_s"`
 	Verified     bool           `json:"verified"`
@@ -56,6 +57,7 @@ func runJSON(r *Row) runRecord {
 		return rec
 	}
 	rec.UniqueBytes, rec.Modeled, rec.ModeledOn, rec.SOL = r.UniqueBytes, r.Modeled.Seconds(), r.ModeledOn, r.SOL.Seconds()
+	rec.ModelError = r.RunError()
 	return rec
 }
 
@@ -79,26 +81,26 @@ func RunJSON(scenario string, rows []Row) any {
 func WriteRunTable(w io.Writer, scenario, backend string, rows []Row) error {
 	fmt.Fprintf(w, "scenario %s, backend %s\n\n", scenario, backend)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "point\troute\tmeasured (median)\tmin .. max\tmodeled\tmodeled on\tSOL (cluster)\tverified\thost issue\tpeak memory/GPU\tmode")
+	fmt.Fprintln(tw, "point\troute\tmeasured (median)\tmin .. max\tmodeled\terror\tmodeled on\tSOL (cluster)\tverified\thost issue\tpeak memory/GPU\tmode")
 	for i := range rows {
 		r, run := &rows[i], rows[i].Run
 		if run == nil {
 			continue
 		}
 		if !run.Ran() {
-			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\tnot run: see the error above\t\t\t\n", r.Label(), r.Route)
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\tnot run: see the error above\t\t\t\n", r.Label(), r.Route)
 			continue
 		}
 		v := fmt.Sprintf("ok, %s", units.Bytes(run.CheckedBytes).Human())
 		if !run.Verified {
 			v = fmt.Sprintf("%d WRONG elements", run.WrongElems)
 		}
-		modeled, on, sol := r.Modeled.String(), r.ModeledOn, r.SOL.String()
+		modeled, errS, on, sol := r.Modeled.String(), fmt.Sprintf("%+.1f%%", 100*r.RunError()), r.ModeledOn, r.SOL.String()
 		if run.Err != nil { // ran, but could not be modeled: see the error above
-			modeled, on, sol = "-", "", "-"
+			modeled, errS, on, sol = "-", "-", "", "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s .. %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Label(), r.Route, run.Median(), run.Times[0], run.Times[len(run.Times)-1],
-			modeled, on, sol, v, run.HostIssue, units.Bytes(run.PeakDeviceBytes).Human(), strings.TrimSpace(run.Mode))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s .. %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Label(), r.Route, run.Median(), run.Times[0], run.Times[len(run.Times)-1],
+			modeled, errS, on, sol, v, run.HostIssue, units.Bytes(run.PeakDeviceBytes).Human(), strings.TrimSpace(run.Mode))
 	}
 	return tw.Flush()
 }

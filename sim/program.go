@@ -30,6 +30,9 @@ type Exec struct {
 	// LoopbackComms is the NCCL communicators of loopback (NCCL transport
 	// on one GPU); 0 means the executor's 4.
 	LoopbackComms int
+	// Graph: each iteration is replayed as a CUDA graph (the copy
+	// transport's default), so the host issues nothing op by op.
+	Graph bool
 }
 
 // modeled is a schedule rewritten as the executor runs it: one op per
@@ -53,6 +56,9 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 	ex := opt.Exec
 	x := &tp.Executor
 	costs := x.Costs[ex.Launch]
+	if ex.Graph {
+		costs.HostGroup, costs.HostXfer, costs.HostLaunch = 0, 0, 0
+	}
 	copyT := ex.Transport == "copy" || ex.Transport == "" && opt.Loopback
 	if ex.Transport != "" && ex.Transport != "copy" && ex.Transport != "nccl" {
 		return nil, fmt.Errorf("executor transport %q: want nccl or copy", ex.Transport)

@@ -10,10 +10,13 @@ import (
 	"time"
 
 	"github.com/m2n-project/m2n/evaluate"
+	"github.com/m2n-project/m2n/model/scenario"
+	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/model/units"
 	"github.com/m2n-project/m2n/native"
 	"github.com/m2n-project/m2n/plan/ir"
 	"github.com/m2n-project/m2n/reports"
+	"github.com/m2n-project/m2n/sim"
 )
 
 // runOf is the record's Run: the executor's result (nil when it did not
@@ -63,6 +66,7 @@ process per GPU under torchrun, srun or mpirun.`)
 	timeout := fs.Duration("timeout", 5*time.Minute, "nccl: give up on a peer or an operation after this long")
 	irIn := fs.String("ir", "", "run this schedule IR file instead of a scenario")
 	topoName := fs.String("topology", "", "with --ir: the topology preset for the simulated and SOL columns")
+	modelName := fs.String("model", "hgx-h200-measured", "the measured preset whose executor costs model the run when the scenario's topology has none (docs/calibration.md)")
 	var sel selection
 	sel.register(fs)
 	pos, err := fs.parse(args)
@@ -128,9 +132,34 @@ process per GPU under torchrun, srun or mpirun.`)
 			return err
 		}
 	}
+	// The model of each run: the executor as it runs here (launch mode,
+	// transport, groups, graphs) with the measured costs of --model where
+	// the scenario's topology has none.
+	measured, err := scenario.Preset(*modelName)
+	if err != nil {
+		return usagef("--model: %v", err)
+	}
+	var eopt evaluate.Options
+	eopt.Sim.Exec = sim.Exec{Transport: *transport, WaveBytes: wb, Lanes: *lanes, Graph: opt.Graph}
+	if eopt.Sim.Exec.Transport == "" && *backend == native.NCCL {
+		eopt.Sim.Exec.Transport = native.TransportNCCL
+	}
+	if eopt.Sim.Exec.Transport == native.TransportNCCL {
+		eopt.Sim.Exec.Graph = false
+	}
+	if opt.Launch != nil {
+		eopt.Sim.Exec.Launch = topo.PerGPU
+	}
+	withExecutor := func(tp *topo.Topology) *topo.Topology {
+		if !tp.Executor.IsZero() || measured.Executor.IsZero() {
+			return tp
+		}
+		c := tp.Clone()
+		c.Executor = measured.Executor
+		return c
+	}
 	// Loopback predictions run every rank on the one GPU: measure its
 	// memory bandwidth once and simulate with it.
-	var eopt evaluate.Options
 	if *backend == native.Loopback {
 		copyBW, err := native.CopyBandwidth(*device, 1<<30)
 		if err != nil {
@@ -161,7 +190,7 @@ process per GPU under torchrun, srun or mpirun.`)
 			res = nil // a run that failed measured nothing
 		} else {
 			var model evaluate.Record // the GPU ran: model the same schedule
-			if model, _, err = evaluate.Schedule(s, tp, eopt); err != nil {
+			if model, _, err = evaluate.Schedule(s, withExecutor(tp), eopt); err != nil {
 				err = fmt.Errorf("modeling the run: %w", err)
 			} else {
 				model.Point = j.point

@@ -2,6 +2,9 @@ package main
 
 import (
 	"fmt"
+	"math"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -45,9 +48,19 @@ func TestRunTable(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	for _, want := range []string{"scenario paper-2gpu, backend nccl", "measured (median)", "host issue", "peak memory/GPU",
-		"1.00 ms .. 1.00 ms", "1.63 ms  hgx-h200-measured  522 us", "ok, 1 B", "fake"} {
+		"1.00 ms .. 1.00 ms", "hgx-h200-measured", "522 us", "ok, 1 B", "fake"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("the table lacks %q:\n%s", want, stdout)
 		}
+	}
+	// The model's error beside it: modeled / measured - 1.
+	m := regexp.MustCompile(`1\.00 ms \.\. 1\.00 ms\s+([0-9.]+) ms\s+([+-][0-9.]+)%`).FindStringSubmatch(stdout)
+	if m == nil {
+		t.Fatalf("no modeled time and error in:\n%s", stdout)
+	}
+	modeled, _ := strconv.ParseFloat(m[1], 64)
+	errPct, _ := strconv.ParseFloat(m[2], 64)
+	if want := 100 * (modeled/1.00 - 1); math.Abs(errPct-want) > 0.6 {
+		t.Errorf("error %+.1f%% beside %.2f ms modeled and 1.00 ms measured; want %+.1f%%", errPct, modeled, want)
 	}
 }
