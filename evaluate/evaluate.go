@@ -52,6 +52,7 @@ type Record struct {
 // plain values, beside the model of the same schedule in the Record.
 type Run struct {
 	Backend         string
+	Launch          string       // "one-process", or "per-gpu" under a launcher
 	Mode            string       // how transfers ran, as the executor says
 	Device          string       // the GPU's name
 	Times           []units.Time // per timed iteration, sorted ascending

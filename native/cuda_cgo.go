@@ -122,3 +122,16 @@ func ncclErr(call string, r C.ncclResult_t, comm uintptr) error {
 	}
 	return e
 }
+
+// NCCLVersion loads NCCL and reports its version code (e.g. 22803 for
+// 2.28.3).
+func NCCLVersion() (int, error) {
+	if err := loadNCCL(); err != nil {
+		return 0, err
+	}
+	var v C.int
+	if r := C.m2n_ncclGetVersion(&v); r != 0 {
+		return 0, fmt.Errorf("ncclGetVersion: error %d", int(r))
+	}
+	return int(v), nil
+}

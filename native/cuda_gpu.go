@@ -1127,3 +1127,77 @@ func (g *cudaGPU) download(dev int, b []byte, src uint64) error {
 		return cuErr("cuMemcpyDtoH", C.m2n_cuMemcpyDtoH(unsafe.Pointer(&b[0]), C.ull(src), C.size_t(len(b))))
 	})
 }
+
+// TimeBoxCopy times, on one GPU, the pack of a box of size elements (elem
+// bytes each) at start in a row-major array of shape full into a
+// contiguous buffer, its unpack back, and a device copy of the same bytes:
+// reps timed runs of each after a warm-up, in device time; and the pack
+// kernel's name.
+func TimeBoxCopy(dev int, full, start, size []int64, elem int64, reps int) (pack, unpack, cp []units.Time, kernel string, err error) {
+	g, err := newCUDA([]int{dev}, time.Minute)
+	if err != nil {
+		return nil, nil, nil, "", err
+	}
+	defer g.close()
+	fullBytes, boxBytes := elem, elem
+	for k := range full {
+		fullBytes *= full[k]
+		boxBytes *= size[k]
+	}
+	strided, err := g.alloc(dev, fullBytes)
+	if err != nil {
+		return nil, nil, nil, "", err
+	}
+	defer g.free(dev, strided)
+	packed, err := g.alloc(dev, boxBytes)
+	if err != nil {
+		return nil, nil, nil, "", err
+	}
+	defer g.free(dev, packed)
+	zero := make([]int64, len(size))
+	pa, pk, err := planBoxCopy(view{strided, full, start}, view{packed, size, zero}, size, elem)
+	if err != nil {
+		return nil, nil, nil, "", err
+	}
+	ua, uk, err := planBoxCopy(view{packed, size, zero}, view{strided, full, start}, size, elem)
+	if err != nil {
+		return nil, nil, nil, "", err
+	}
+	st, err := g.newStream(dev)
+	if err != nil {
+		return nil, nil, nil, "", err
+	}
+	e0, _ := g.newEvent(dev, true)
+	e1, _ := g.newEvent(dev, true)
+	timeIt := func(f func() error) ([]units.Time, error) {
+		var ts []units.Time
+		for i := range reps + 1 {
+			g.record(e0, st)
+			if err := f(); err != nil {
+				return nil, err
+			}
+			g.record(e1, st)
+			if err := g.sync(st); err != nil {
+				return nil, err
+			}
+			if i > 0 {
+				t, err := g.elapsed(e0, e1)
+				if err != nil {
+					return nil, err
+				}
+				ts = append(ts, t)
+			}
+		}
+		return ts, nil
+	}
+	if pack, err = timeIt(func() error { return g.boxCopy(&pa, pk, st) }); err != nil {
+		return nil, nil, nil, "", err
+	}
+	if unpack, err = timeIt(func() error { return g.boxCopy(&ua, uk, st) }); err != nil {
+		return nil, nil, nil, "", err
+	}
+	if cp, err = timeIt(func() error { return g.copy(packed, strided, boxBytes, st) }); err != nil {
+		return nil, nil, nil, "", err
+	}
+	return pack, unpack, cp, pk, nil
+}

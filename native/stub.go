@@ -28,3 +28,11 @@ func Inventory() ([]GPUInfo, error) { return nil, ErrNotSupported }
 
 // CopyBandwidth reports ErrNotSupported in builds without cgo.
 func CopyBandwidth(dev int, n int64) (units.Bandwidth, error) { return 0, ErrNotSupported }
+
+// TimeBoxCopy reports ErrNotSupported in builds without cgo.
+func TimeBoxCopy(dev int, full, start, size []int64, elem int64, reps int) (pack, unpack, cp []units.Time, kernel string, err error) {
+	return nil, nil, nil, "", ErrNotSupported
+}
+
+// NCCLVersion reports ErrNotSupported in builds without cgo.
+func NCCLVersion() (int, error) { return 0, ErrNotSupported }

@@ -17,6 +17,7 @@ type runRecord struct {
 	Point        map[string]any `json:"point"`
 	Route        string         `json:"route"`
 	Backend      string         `json:"backend"`
+	Launch       string         `json:"launch"`
 	Mode         string         `json:"mode"`
 	Device       string         `json:"device"`
 	UniqueBytes  int64          `json:"unique_bytes"`
@@ -42,7 +43,7 @@ type runRecord struct {
 
 func runJSON(r *Row) runRecord {
 	run := r.Run
-	rec := runRecord{Point: map[string]any{}, Route: r.Route, Backend: run.Backend, Iterations: run.Iterations}
+	rec := runRecord{Point: map[string]any{}, Route: r.Route, Backend: run.Backend, Launch: run.Launch, Iterations: run.Iterations}
 	if r.Point != nil {
 		rec.Point = r.Point.Map()
 	}

@@ -103,9 +103,11 @@ type Result struct {
 	// it starts no earlier, plus its latency.
 	Modeled *ir.Schedule
 	FlowRel []units.Time
-	// Groups is the NCCL groups of the executor's program, when the
+	// Groups is the NCCL groups of the executor's program, and HostIssue
+	// the host's time to issue it (the busiest process's), when the
 	// simulation modeled the executor (topo.Executor); else 0.
-	Groups int
+	Groups    int
+	HostIssue units.Time
 }
 
 // ErrDeadlock reports a schedule whose ops can never all run.

@@ -49,6 +49,9 @@ type modeled struct {
 	of []int32
 	// groups is the NCCL groups the program issues (0 with copies).
 	groups int
+	// hostIssue is the host's time to issue everything: the busiest
+	// process's.
+	hostIssue units.Time
 }
 
 // model compiles the executor's program of s and rewrites s as it runs.
@@ -103,6 +106,7 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 	barrier := map[int]int32{} // NCCL stream -> the barrier after its last group
 	var members []int32        // ops of the open group
 	onStream := map[int][]int32{}
+	lastOfPair := map[[2]int32]int32{} // in the open group: a pair's last send
 	add := func(op ir.Op, rel, lat units.Time, coef float64, deps []int32) int32 {
 		id := m.s.AddOp(op, dedupeDeps(deps)...)
 		m.rel, m.lat, m.coef = append(m.rel, rel), append(m.lat, lat), append(m.coef, coef)
@@ -168,6 +172,12 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 				clock[proc(sd)] += costs.HostXfer
 				clock[proc(rd)] += costs.HostXfer
 				sdeps, rdeps = deps(ends...), deps(rends...)
+				// NCCL runs a group's calls to one peer in order.
+				pair := [2]int32{snd.Rank, snd.Peer}
+				if l, ok := lastOfPair[pair]; ok {
+					sdeps = append(sdeps, l)
+					rdeps = append(rdeps, m.s.Ops[l].Match)
+				}
 				if b, ok := barrier[st.Stream]; ok {
 					sdeps = append(sdeps, b)
 				}
@@ -186,12 +196,14 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 				last[st.Stream] = si
 				continue
 			}
+			lastOfPair[[2]int32{snd.Rank, snd.Peer}] = si
 			members = append(members, si, ri)
 			onStream[st.Stream] = append(onStream[st.Stream], si)
 			onStream[st.RStream] = append(onStream[st.RStream], ri)
 		case program.GroupStart:
 			members = members[:0]
 			clear(onStream)
+			clear(lastOfPair)
 		case program.GroupEnd:
 			// ncclGroupEnd launches the group's kernels: each process pays
 			// the group's host cost once per GPU of its own in the group.
@@ -218,6 +230,9 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 				barrier[stream] = add(bar, 0, costs.GroupLatency, 0, ops)
 			}
 		}
+	}
+	for _, c := range clock {
+		m.hostIssue = max(m.hostIssue, c)
 	}
 	return m, nil
 }
@@ -283,6 +298,6 @@ func runProgram(s *ir.Schedule, tp *topo.Topology, opt Options) (*Result, error)
 			r.FlowRel[f] = max(r.FlowRel[f], m.rel[ops[1]])
 		}
 	}
-	r.Groups = m.groups
+	r.Groups, r.HostIssue = m.groups, m.hostIssue
 	return r, nil
 }

@@ -52,6 +52,7 @@ func commands() []command {
 		{"sim", "simulate each route: modeled time beside the SOL bound", runSim},
 		{"run", "run each route on GPUs, verify every byte, time it", runRun},
 		{"topo", "list the GPUs, their NVLink links and domains", runTopo},
+		{"calibrate", "measure the executor model's constants on GPUs; write a measured preset", runCalibrate},
 		{"report", "simulate every point and route; write a Markdown report, CSV and charts", runReport},
 		{"verify", "check a schedule IR file, and run it on the host", runVerify},
 		{"version", "print the version", runVersion},

@@ -6,7 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/m2n-project/m2n/evaluate"
@@ -66,7 +68,7 @@ process per GPU under torchrun, srun or mpirun.`)
 	timeout := fs.Duration("timeout", 5*time.Minute, "nccl: give up on a peer or an operation after this long")
 	irIn := fs.String("ir", "", "run this schedule IR file instead of a scenario")
 	topoName := fs.String("topology", "", "with --ir: the topology preset for the simulated and SOL columns")
-	modelName := fs.String("model", "hgx-h200-measured", "the measured preset whose executor costs model the run when the scenario's topology has none (docs/calibration.md)")
+	modelName := fs.String("model", "hgx-h200-measured", "the measured preset that models this machine: a name, or a file `m2n calibrate` wrote (docs/calibration.md)")
 	var sel selection
 	sel.register(fs)
 	pos, err := fs.parse(args)
@@ -135,9 +137,9 @@ process per GPU under torchrun, srun or mpirun.`)
 	// The model of each run: the executor as it runs here (launch mode,
 	// transport, groups, graphs) with the measured costs of --model where
 	// the scenario's topology has none.
-	measured, err := scenario.Preset(*modelName)
+	measured, err := loadPreset(*modelName)
 	if err != nil {
-		return usagef("--model: %v", err)
+		return fmt.Errorf("--model: %w", err)
 	}
 	var eopt evaluate.Options
 	eopt.Sim.Exec = sim.Exec{Transport: *transport, WaveBytes: wb, Lanes: *lanes, Graph: opt.Graph}
@@ -150,11 +152,13 @@ process per GPU under torchrun, srun or mpirun.`)
 	if opt.Launch != nil {
 		eopt.Sim.Exec.Launch = topo.PerGPU
 	}
+	// The run happens on this machine: its measured rates, latencies and
+	// executor costs, on the scenario's shape (domains, placement).
 	withExecutor := func(tp *topo.Topology) *topo.Topology {
-		if !tp.Executor.IsZero() || measured.Executor.IsZero() {
-			return tp
-		}
 		c := tp.Clone()
+		c.Preset = measured.Preset
+		c.NVLink, c.NIC, c.Memory = measured.NVLink, measured.NIC, measured.Memory
+		c.LatencyNVLink, c.LatencyNet, c.LatencyLocal = measured.LatencyNVLink, measured.LatencyNet, measured.LatencyLocal
 		c.Executor = measured.Executor
 		return c
 	}
@@ -198,6 +202,7 @@ process per GPU under torchrun, srun or mpirun.`)
 			}
 		}
 		ev.Run = runOf(*backend, *iters, res, err)
+		ev.Run.Launch = eopt.Sim.Exec.Launch.String()
 		rows = append(rows, ev)
 		if err != nil {
 			// Record the failure and go on with the other runs, unless a
@@ -252,4 +257,18 @@ one); then the [topology] table m2n would use for them.`)
 		return printJSON(e.stdout, native.InventoryJSON(gpus))
 	}
 	return native.WriteInventory(e.stdout, gpus)
+}
+
+// loadPreset reads a preset by name, or a measured preset's file (a path
+// ending in .toml).
+func loadPreset(name string) (*topo.Topology, error) {
+	if !strings.HasSuffix(name, ".toml") {
+		return scenario.Preset(name)
+	}
+	data, err := os.ReadFile(name)
+	if err != nil {
+		return nil, err
+	}
+	_, t, err := scenario.ParsePreset(name, data)
+	return t, err
 }

@@ -1,0 +1,146 @@
+package calibrate
+
+import (
+	"bytes"
+	"math"
+	"testing"
+
+	"github.com/m2n-project/m2n/model/scenario"
+	"github.com/m2n-project/m2n/model/topo"
+	"github.com/m2n-project/m2n/model/units"
+	"github.com/m2n-project/m2n/plan/program"
+	"github.com/m2n-project/m2n/sim"
+)
+
+// truth is a machine with known constants.
+func truth() *topo.Topology {
+	t := topology()
+	t.Memory = units.GBps(4200)
+	t.LatencyLocal = 2500 * units.Nanosecond
+	t.NVLink, t.NIC, t.NICLine = units.GBps(350), units.GBps(350), units.GBps(450)
+	t.Executor = topo.Executor{PackLong: 0.88, PackShort: 0.8, PackStage: 0.65}
+	t.Executor.Costs[topo.OneProcess] = topo.ExecCosts{PairRate: units.GBps(365), XferLatency: 6 * units.Microsecond,
+		GroupLatency: 4 * units.Microsecond, HostGroup: 5 * units.Microsecond, HostXfer: 2 * units.Microsecond, HostLaunch: 3 * units.Microsecond}
+	t.Executor.Costs[topo.PerGPU] = topo.ExecCosts{PairRate: units.GBps(360), XferLatency: 9 * units.Microsecond,
+		GroupLatency: 7 * units.Microsecond, HostGroup: 8 * units.Microsecond, HostXfer: 1 * units.Microsecond, HostLaunch: 4 * units.Microsecond}
+	return t
+}
+
+// measure runs every bench on the simulator of the truth, as the command
+// runs them on GPUs, with the box classes at their efficiencies.
+func measure(t *testing.T, tp *topo.Topology, launch topo.Launch) Input {
+	t.Helper()
+	bs, err := Benches(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := Input{Launch: launch, GPUsPerProcess: 2, Samples: map[string]Sample{}, Boxes: map[program.BoxClass]BoxSample{}}
+	if launch == topo.PerGPU {
+		in.GPUsPerProcess = 1
+	}
+	for _, b := range bs {
+		o := sim.Options{Loopback: b.GPUs == 1, Exec: sim.Exec{Launch: launch, Transport: b.Transport, Graph: b.Graph, WaveBytes: b.WaveBytes}}
+		r, err := sim.Run(b.Schedule, tp, o)
+		if err != nil {
+			t.Fatalf("%s: %v", b.Name, err)
+		}
+		in.Samples[b.Name] = Sample{Times: []units.Time{r.Makespan}, HostIssue: r.HostIssue, Groups: r.Groups}
+	}
+	for _, c := range BoxCases() {
+		eff := map[program.BoxClass]float64{program.LongRuns: tp.Executor.PackLong, program.ShortRuns: tp.Executor.PackShort, program.Staged: tp.Executor.PackStage}[c.Class]
+		cp := units.Time(1e9)
+		in.Boxes[c.Class] = BoxSample{Pack: []units.Time{units.Time(float64(cp) / eff)}, Unpack: []units.Time{units.Time(float64(cp) / eff)}, Copy: []units.Time{cp}}
+	}
+	return in
+}
+
+func nearly(t *testing.T, name string, got, want, tol float64) {
+	t.Helper()
+	if math.Abs(got-want) > tol*math.Abs(want) {
+		t.Errorf("%s: fitted %g, the truth is %g (tolerance %.1f%%)", name, got, want, 100*tol)
+	}
+}
+
+// The fit recovers the constants of a machine that runs the model: it
+// inverts the simulator on the benches, in both launch modes.
+func TestFitRecoversTheModel(t *testing.T) {
+	tp := truth()
+	for _, launch := range []topo.Launch{topo.OneProcess, topo.PerGPU} {
+		f, err := Fitting(measure(t, tp, launch))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := tp.Executor.Costs[launch]
+		near := func(name string, got, want, tol float64) { t.Helper(); nearly(t, launch.String()+" "+name, got, want, tol) }
+		near("memory", float64(f.Memory), float64(tp.Memory), 0.01)
+		near("latency_local", float64(f.LatencyLocal), float64(tp.LatencyLocal), 0.02)
+		near("nvlink", float64(f.NVLink), float64(tp.NVLink), 0.01)
+		near("pack_long", f.PackLong, tp.Executor.PackLong, 0.002)
+		near("pack_stage", f.PackStage, tp.Executor.PackStage, 0.002)
+		// One pair alone runs at the lesser of its cap and the link.
+		near("pair_rate", float64(f.Costs.PairRate), math.Min(float64(want.PairRate), float64(tp.NVLink)), 0.01)
+		near("host_launch", float64(f.Costs.HostLaunch), float64(want.HostLaunch), 0.01)
+		near("host_group", float64(f.Costs.HostGroup), float64(want.HostGroup), 0.02)
+		near("host_xfer", float64(f.Costs.HostXfer), float64(want.HostXfer), 0.02)
+		near("xfer_latency", float64(f.Costs.XferLatency), float64(want.XferLatency), 0.05)
+		near("group_latency", float64(f.Costs.GroupLatency), float64(want.GroupLatency), 0.05)
+		if len(f.Measurements) < 10 {
+			t.Errorf("%v: %d measurements noted, want one per constant", launch, len(f.Measurements))
+		}
+	}
+}
+
+// A measured preset round-trips through the TOML parser: the topology it
+// defines is the one written, to the precision a preset keeps.
+func TestPresetRoundTrip(t *testing.T) {
+	tp := truth()
+	p := topology()
+	p.Domains = 1
+	for _, launch := range []topo.Launch{topo.OneProcess, topo.PerGPU} {
+		f, err := Fitting(measure(t, tp, launch))
+		if err != nil {
+			t.Fatal(err)
+		}
+		Apply(p, f)
+	}
+	var buf bytes.Buffer
+	if err := WritePreset(&buf, "test-measured", "a test", "hgx-h200", p, nil); err != nil {
+		t.Fatal(err)
+	}
+	doc, got, err := scenario.ParsePreset("test.toml", buf.Bytes())
+	if err != nil {
+		t.Fatalf("%v\n%s", err, buf.String())
+	}
+	if doc.Name != "test-measured" || got.Preset != "test-measured" {
+		t.Errorf("name %q, preset %q", doc.Name, got.Preset)
+	}
+	rel := func(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Abs(b)+1e-3 }
+	for name, v := range map[string][2]float64{
+		"memory": {float64(got.Memory), float64(p.Memory)}, "nvlink": {float64(got.NVLink), float64(p.NVLink)},
+		"latency_local": {float64(got.LatencyLocal), float64(p.LatencyLocal)}, "pack_short": {got.Executor.PackShort, p.Executor.PackShort},
+	} {
+		if math.Abs(v[0]-v[1]) > 0.0051*math.Abs(v[1]) {
+			t.Errorf("%s: read %g, wrote %g", name, v[0], v[1])
+		}
+	}
+	for l := range 2 {
+		g, w := got.Executor.Costs[l], p.Executor.Costs[l]
+		for name, v := range map[string][2]float64{
+			"pair_rate": {float64(g.PairRate), float64(w.PairRate)}, "host_group": {float64(g.HostGroup), float64(w.HostGroup)},
+			"xfer_latency": {float64(g.XferLatency), float64(w.XferLatency)}, "group_latency": {float64(g.GroupLatency), float64(w.GroupLatency)},
+		} {
+			// Times are kept to 10 ns, rates to 0.1 GB/s.
+			if d := math.Abs(v[0] - v[1]); d > 5e3+1 && !rel(v[0], v[1]) && d > 0.0005*math.Abs(v[1]) {
+				t.Errorf("%v %s: read %g, wrote %g", topo.Launch(l), name, v[0], v[1])
+			}
+		}
+	}
+	// Written again from what was read: the same document.
+	var again bytes.Buffer
+	if err := WritePreset(&again, "test-measured", "a test", "hgx-h200", got, nil); err != nil {
+		t.Fatal(err)
+	}
+	if again.String() != buf.String() {
+		t.Errorf("rewritten preset differs:\n%s\nvs\n%s", again.String(), buf.String())
+	}
+}

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/m2n-project/m2n/calibrate"
+	"github.com/m2n-project/m2n/model/scenario"
+	"github.com/m2n-project/m2n/model/topo"
+	"github.com/m2n-project/m2n/model/units"
+	"github.com/m2n-project/m2n/native"
+	"github.com/m2n-project/m2n/plan/program"
+)
+
+func runCalibrate(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "calibrate", "[flags]",
+		`Measure on this machine's GPUs what the executor model needs (device copy,
+pack and unpack by box class, NCCL send/recv by size, both directions, streams
+of groups, many calls in one group; the host's cost of each in the launch mode
+it runs under) and write a measured topology preset: every constant with its
+spread, the command and the date (docs/calibration.md).
+
+Run it once in one process, then under torchrun (one process per GPU) with
+--into the same file to add that launch mode's costs.`)
+	out := fs.String("out", "-", "write the preset here (\"-\": stdout)")
+	into := fs.String("into", "", "start from this measured preset file (keep what this run does not measure)")
+	name := fs.String("name", "hgx-h200-measured", "the preset's name")
+	base := fs.String("base", "hgx-h200", "the preset it builds on ("+strings.Join(topo.PresetNames(), ", ")+")")
+	iters := fs.Int("iters", 20, "timed iterations of each benchmark")
+	warmup := fs.Int("warmup", 5, "untimed iterations first")
+	timeout := fs.Duration("timeout", 2*time.Minute, "nccl: give up on a peer after this long")
+	if _, err := fs.parse(args); err != nil {
+		return err
+	}
+	if *iters < 3 || *warmup < 0 {
+		return usagef("--iters must be at least 3 and --warmup at least 0")
+	}
+	devs, err := native.Devices()
+	if err != nil {
+		if errors.Is(err, native.ErrNotSupported) {
+			return fmt.Errorf("m2n calibrate needs a GPU build (linux, cgo) and the CUDA driver: %w", err)
+		}
+		return err
+	}
+	launch, err := native.DetectLaunchEnv()
+	if err != nil {
+		return err
+	}
+	in := calibrate.Input{Launch: topo.OneProcess, GPUsPerProcess: min(len(devs), 2), Samples: map[string]calibrate.Sample{}, Boxes: map[program.BoxClass]calibrate.BoxSample{}}
+	gpus, dev := len(devs), 0
+	if launch != nil {
+		in.Launch, in.GPUsPerProcess, gpus, dev = topo.PerGPU, 1, launch.World, launch.LocalRank
+		if launch.Rank != 0 {
+			e = &env{stdout: io.Discard, stderr: e.stderr}
+		}
+	}
+	in.Date = time.Now().UTC().Format(time.RFC3339)
+	in.Command = "m2n calibrate " + strings.Join(args, " ")
+	if launch != nil {
+		in.Command = fmt.Sprintf("%s, one process per GPU (%s, %d processes)", in.Command, launch.Launcher, launch.World)
+	}
+	in.Machine = fmt.Sprintf("%d x %s", gpus, devs[min(dev, len(devs)-1)].Name)
+	if v, err := native.NCCLVersion(); err == nil {
+		in.Machine += fmt.Sprintf(", NCCL %d.%d.%d", v/10000, v/100%100, v%100)
+	}
+	benches, err := calibrate.Benches(gpus)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	tw := tabwriter.NewWriter(e.stderr, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "bench\tmedian\tmin .. max\thost issue\tgroups\twhat\n")
+	for _, b := range benches {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		opt := native.Options{Backend: native.Loopback, Transport: b.Transport, Device: dev, Iters: *iters, Warmup: *warmup, Graph: b.Graph, WaveBytes: b.WaveBytes, Timeout: *timeout}
+		if b.GPUs > 1 {
+			opt.Backend, opt.Launch, opt.Device = native.NCCL, launch, 0
+		}
+		res, err := runOnGPU(b.Schedule, opt)
+		if err != nil {
+			return fmt.Errorf("bench %s: %w", b.Name, err)
+		}
+		if !res.Verified {
+			return fmt.Errorf("bench %s: %d wrong elements; first: %s", b.Name, res.WrongElems, res.FirstWrong)
+		}
+		s := calibrate.Sample{Times: slices.Sorted(slices.Values(res.Times)), HostIssue: res.HostIssue, Groups: res.Waves}
+		in.Samples[b.Name] = s
+		fmt.Fprintf(tw, "%s\t%v\t%v .. %v\t%v\t%d\t%s\n", b.Name, s.Median(), s.Times[0], s.Times[len(s.Times)-1], s.HostIssue, s.Groups, b.What)
+	}
+	for _, c := range calibrate.BoxCases() {
+		p, u, cp, kernel, err := native.TimeBoxCopy(dev, c.Full, c.Start, c.Size, c.Elem, *iters)
+		if err != nil {
+			return fmt.Errorf("box %v: %w", c.Class, err)
+		}
+		for _, ts := range [][]units.Time{p, u, cp} {
+			slices.Sort(ts)
+		}
+		in.Boxes[c.Class] = calibrate.BoxSample{Pack: p, Unpack: u, Copy: cp, Kernel: kernel}
+		fmt.Fprintf(tw, "box %v\tpack %v\tunpack %v\tcopy %v\t\t%s %v of %v\n", c.Class, p[len(p)/2], u[len(u)/2], cp[len(cp)/2], kernel, c.Size, c.Full)
+	}
+	tw.Flush()
+	f, err := calibrate.Fitting(in)
+	if err != nil {
+		return err
+	}
+	for _, n := range f.Notes {
+		fmt.Fprintf(e.stderr, "m2n: note: %s\n", n)
+	}
+	fmt.Fprintf(e.stderr, "m2n: calibrated in %.1f s\n", time.Since(start).Seconds())
+	if launch != nil && launch.Rank != 0 {
+		return nil
+	}
+	// The preset: from --into, or the base preset.
+	t, err := topo.Preset(*base)
+	if err != nil {
+		return usagef("--base: %v", err)
+	}
+	var old []scenario.MeasurementSpec
+	desc := fmt.Sprintf("%s with the constants m2n calibrate measured on %s", *base, in.Machine)
+	if *into != "" {
+		data, err := os.ReadFile(*into)
+		if err != nil {
+			return fmt.Errorf("--into: %w", err)
+		}
+		doc, pt, err := scenario.ParsePreset(*into, data)
+		if err != nil {
+			return fmt.Errorf("--into: %w", err)
+		}
+		t, old, *base, desc = pt, doc.Measurements, doc.Topology.Preset, doc.Description
+	}
+	calibrate.Apply(t, f)
+	ms := calibrate.Merge(old, f)
+	var buf bytes.Buffer
+	if err := calibrate.WritePreset(&buf, *name, desc, *base, t, ms); err != nil {
+		return err
+	}
+	// What was written must read back as written.
+	if _, _, err := scenario.ParsePreset("the preset written", buf.Bytes()); err != nil {
+		return fmt.Errorf("the preset does not read back: %w", err)
+	}
+	fmt.Fprint(e.stderr, t.Describe())
+	return encodeFileAtomic(e.stdout, "--out", *out, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err })
+}
