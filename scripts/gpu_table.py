@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Prints one table of `m2n run --json` files: python3 scripts/gpu_table.py OUT/*.json.
 
-Each file is named CONFIG.json; a row per (config, point, route)."""
+Each file is named CONFIG.json; a row per (config, point, route), with the
+launch mode, the model of the same run and its error (modeled / measured - 1)."""
 import json
 import os
 import sys
@@ -12,22 +13,23 @@ def ms(s):
 
 
 def main(paths):
-    rows = [("config", "point", "route", "measured", "min", "groups", "host issue", "per group", "peak/GPU", "verified")]
+    rows = [("config", "point", "route", "launch", "measured", "min", "modeled", "error", "groups", "host issue", "per group", "peak/GPU", "verified")]
     for p in paths:
         name = os.path.basename(p)[:-5]
         try:
             doc = json.load(open(p))
         except Exception as e:  # a run that printed nothing: say so
-            rows.append((name, "-", "-", f"no JSON: {e}", "", "", "", "", "", ""))
+            rows.append((name, "-", "-", "", f"no JSON: {e}", "", "", "", "", "", "", "", ""))
             continue
         for r in doc.get("records", []):
             point = ",".join(f"{k}={v}" for k, v in sorted(r.get("point", {}).items())) or "-"
             if r.get("error"):
-                rows.append((name, point, r["route"], "ERROR " + r["error"][:60], "", "", "", "", "", ""))
+                rows.append((name, point, r["route"], r.get("launch", ""), "ERROR " + r["error"][:60], "", "", "", "", "", "", "", ""))
                 continue
             g = r.get("nccl_groups", 0)
             hi = r.get("host_issue_s", 0)
-            rows.append((name, point, r["route"], ms(r["measured_s"]), ms(r["measured_min_s"]), str(g), f"{hi * 1e6:.0f} us",
+            err = f"{100 * r['model_error']:+.1f}%" if r.get("modeled_s") else "-"
+            rows.append((name, point, r["route"], r.get("launch", ""), ms(r["measured_s"]), ms(r["measured_min_s"]), ms(r.get("modeled_s", 0)), err, str(g), f"{hi * 1e6:.0f} us",
                          f"{hi * 1e6 / g:.1f} us" if g else "-", f"{r.get('peak_device_bytes', 0) / 2**20:.0f} MiB",
                          "ok" if r["verified"] else "WRONG"))
     w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

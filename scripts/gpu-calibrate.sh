@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Calibrate the executor model on a two-GPU machine, then predict held-out
+# runs with it (docs/calibration.md): build here with `make gpu-test`, copy
+# bin/ and scripts/ to the GPU machine, and run this there. OUT (default
+# ./gpu-out) receives the preset, the JSON and the logs; the last lines are
+# one table: every (scenario, point, route, launch mode) measured beside the
+# model and its error. Fitted: the calibrate benches only. Predicted without
+# refitting: everything after them.
+set -uo pipefail
+OUT=${OUT:-./gpu-out}
+PORT=${PORT:-29811}
+ITERS=${ITERS:-20}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
+P="$OUT/hgx-h200-measured.toml"
+step() { echo; echo "=== $*"; }
+torchrun2() {
+	export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+	NCCL_COMM_ID=127.0.0.1:$PORT timeout 300 torchrun --nproc-per-node 2 --no-python "$@"
+	PORT=$((PORT + 1))
+}
+one() { local n=$1; shift; timeout 300 bin/m2n run --backend nccl --iters "$ITERS" --warmup 5 --json --model "$P" "$@" > "$OUT/$n.json"; }
+perproc() { local n=$1; shift; torchrun2 bin/m2n run --backend nccl --iters "$ITERS" --warmup 5 --timeout 1m --json --model "$P" "$@" > "$OUT/$n.json" 2> "$OUT/$n.err"; }
+loop() { local n=$1; shift; timeout 400 bin/m2n run --iters "$ITERS" --warmup 3 --json --model "$P" "$@" > "$OUT/$n.json"; }
+{
+step "calibrate, one process"
+/usr/bin/time -f "%e s wall" bin/m2n calibrate --out "$P"
+step "calibrate, one process per GPU (adds per_gpu)"
+/usr/bin/time -f "%e s wall" torchrun2 bin/m2n calibrate --into "$P" --out "$P"
+cat "$P"
+step "held out: paper-2gpu, two GPUs"
+one paper-1proc-nccl paper-2gpu
+perproc paper-perproc-nccl paper-2gpu
+one paper-1proc-copy --transport copy paper-2gpu
+step "held out: the paper layer in loopback (scale 0.0625, rho=2)"
+loop loop-paper-copy --scale 0.0625 --point rho=2 paper-ffn-moe
+loop loop-paper-nccl --transport nccl --scale 0.0625 --point rho=2 paper-ffn-moe
+step "held out: qwen3-235b-128 in loopback (scale 0.002, staging cap 256 MiB)"
+ITERS=5 loop loop-qwen3 --scale 0.002 --staging-cap 256MiB --route agbcast,hierarchical,nemo-legacy qwen3-235b-128
+step "every run"; python3 scripts/gpu_table.py "$OUT"/*.json
+} 2>&1 | tee "$OUT/gpu-calibrate.log"
