@@ -71,7 +71,10 @@ func TestFitRecoversTheModel(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := tp.Executor.Costs[launch]
-		near := func(name string, got, want, tol float64) { t.Helper(); nearly(t, launch.String()+" "+name, got, want, tol) }
+		near := func(name string, got, want, tol float64) {
+			t.Helper()
+			nearly(t, launch.String()+" "+name, got, want, tol)
+		}
 		near("memory", float64(f.Memory), float64(tp.Memory), 0.01)
 		near("latency_local", float64(f.LatencyLocal), float64(tp.LatencyLocal), 0.02)
 		near("nvlink", float64(f.NVLink), float64(tp.NVLink), 0.01)

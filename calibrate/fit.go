@@ -109,7 +109,7 @@ func Fitting(in Input) (*Fit, error) {
 		hi := float64(b.Copy[len(b.Copy)-1]) / float64(min(b.Pack[0], b.Unpack[0]))
 		f.Measurements = append(f.Measurements, scenario.MeasurementSpec{Constant: "executor." + name, Value: fmt.Sprintf("%.3f", eff),
 			Min: fmt.Sprintf("%.3f", lo), Max: fmt.Sprintf("%.3f", math.Min(hi, 9.999)), Samples: len(b.Pack),
-			Fit: fmt.Sprintf("median device copy / mean of median pack and unpack, box %v of %v (%s)", c.Size, c.Full, b.Kernel),
+			Fit:     fmt.Sprintf("median device copy / mean of median pack and unpack, box %v of %v (%s)", c.Size, c.Full, b.Kernel),
 			Command: in.Command, Date: in.Date, Machine: in.Machine})
 	}
 	if _, ok := in.Samples["pair-"+sizeName(PairSizes[0])]; !ok {
