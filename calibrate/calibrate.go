@@ -116,8 +116,12 @@ func Benches(gpus int) ([]Bench, error) {
 		out = append(out, b)
 		return nil
 	}
-	if err := add(Bench{Name: "copy", GPUs: 1, Transport: "copy", Graph: true, Bytes: copyBytes, Count: 1,
+	if err := add(Bench{Name: "copy", GPUs: 1, Transport: "copy", Bytes: copyBytes, Count: 1,
 		What: "one device copy of 1 GiB: memory bandwidth"}, []ir.Tensor{tensor("w", copyBytes, 0, 0)}, copyBytes); err != nil {
+		return nil, err
+	}
+	if err := add(Bench{Name: "copy-graph", GPUs: 1, Transport: "copy", Graph: true, Bytes: copyBytes, Count: 1,
+		What: "the same in a CUDA graph"}, []ir.Tensor{tensor("w", copyBytes, 0, 0)}, copyBytes); err != nil {
 		return nil, err
 	}
 	var small []ir.Tensor
@@ -142,7 +146,12 @@ func Benches(gpus int) ([]Bench, error) {
 		}
 	}
 	if err := add(Bench{Name: "all-pairs", GPUs: 2, Transport: "nccl", WaveBytes: -1, Bytes: allBytes, Count: 1,
-		What: "GPU 0 -> 1 and 1 -> 0 at once, 256 MiB each: NVLink per direction, both busy"},
+		What: "GPU 0 -> 1 and 1 -> 0 at once, 256 MiB each: NCCL's send plus receive rate per GPU"},
+		[]ir.Tensor{tensor("a", allBytes, 0, 1), tensor("b", allBytes, 1, 0)}, allBytes); err != nil {
+		return nil, err
+	}
+	if err := add(Bench{Name: "peer-all-pairs", GPUs: 2, Transport: "copy", Bytes: allBytes, Count: 1,
+		What: "the same as device copies over NVLink: NVLink per direction, both busy"},
 		[]ir.Tensor{tensor("a", allBytes, 0, 1), tensor("b", allBytes, 1, 0)}, allBytes); err != nil {
 		return nil, err
 	}

@@ -21,6 +21,7 @@ type Fit struct {
 	PackLong     float64
 	PackShort    float64
 	PackStage    float64
+	GraphCopy    float64
 	// Costs are the launch mode's executor costs.
 	Costs topo.ExecCosts
 	// Measurements say where each constant comes from.
@@ -67,9 +68,17 @@ func Fitting(in Input) (*Fit, error) {
 	if err != nil {
 		return nil, err
 	}
-	bw := func(t units.Time) units.Bandwidth { return units.Bandwidth(2 * float64(copyBytes) / t.Seconds()) }
+	// The timed iteration begins before the host issues the copy.
+	bw := func(t units.Time) units.Bandwidth { return units.Bandwidth(2 * float64(copyBytes) / (t - cp.HostIssue).Seconds()) }
 	f.Memory = bw(median(cp.Times))
-	note("memory", fmtBW(f.Memory), "2 x 1 GiB / the median copy", cp, fmtBW(bw(cp.Times[len(cp.Times)-1])), fmtBW(bw(cp.Times[0])))
+	note("memory", fmtBW(f.Memory), "2 x 1 GiB / (the median copy - its host issue)", cp, fmtBW(bw(cp.Times[len(cp.Times)-1])), fmtBW(bw(cp.Times[0])))
+	cg, err := get("copy-graph")
+	if err != nil {
+		return nil, err
+	}
+	f.GraphCopy = math.Min(1, math.Round(float64(median(cp.Times))/float64(median(cg.Times))*1000)/1000)
+	f.Measurements = append(f.Measurements, scenario.MeasurementSpec{Constant: "executor.graph_copy", Value: fmt.Sprintf("%.3f", f.GraphCopy),
+		Samples: len(cg.Times), Fit: "median copy / median of the same copy in a CUDA graph", Command: in.Command, Date: in.Date, Machine: in.Machine})
 	// A copy's device latency: 256 copies of 64 KiB back to back in a
 	// graph, beyond their bytes at the memory rate.
 	lg, err := get("launch-graph")
@@ -88,13 +97,19 @@ func Fitting(in Input) (*Fit, error) {
 	}
 	f.Costs.HostLaunch = ln.HostIssue / launchOps
 	note("executor."+key(mode)+".host_launch", fmtT(f.Costs.HostLaunch), "host issue time / 256 launches", ln, "", "")
-	// Pack classes against a device copy of the same bytes.
+	// Pack classes: the rate of a pack and an unpack (read plus write)
+	// as a fraction of memory.
 	for _, c := range BoxCases() {
 		b, ok := in.Boxes[c.Class]
 		if !ok || len(b.Pack) == 0 || len(b.Unpack) == 0 || len(b.Copy) == 0 {
 			return nil, fmt.Errorf("calibrate: no measurement of the %v box", c.Class)
 		}
-		eff := float64(median(b.Copy)) / ((float64(median(b.Pack)) + float64(median(b.Unpack))) / 2)
+		boxBytes := c.Elem
+		for _, n := range c.Size {
+			boxBytes *= n
+		}
+		rate := func(t float64) float64 { return 2 * float64(boxBytes) / (t * 1e-12) / float64(f.Memory) }
+		eff := rate((float64(median(b.Pack)) + float64(median(b.Unpack))) / 2)
 		eff = math.Min(1, math.Round(eff*1000)/1000)
 		name := map[program.BoxClass]string{program.LongRuns: "pack_long", program.ShortRuns: "pack_short", program.Staged: "pack_stage"}[c.Class]
 		switch c.Class {
@@ -105,11 +120,11 @@ func Fitting(in Input) (*Fit, error) {
 		case program.Staged:
 			f.PackStage = eff
 		}
-		lo := float64(b.Copy[0]) / float64(max(b.Pack[len(b.Pack)-1], b.Unpack[len(b.Unpack)-1]))
-		hi := float64(b.Copy[len(b.Copy)-1]) / float64(min(b.Pack[0], b.Unpack[0]))
+		lo := rate(float64(max(b.Pack[len(b.Pack)-1], b.Unpack[len(b.Unpack)-1])))
+		hi := rate(float64(min(b.Pack[0], b.Unpack[0])))
 		f.Measurements = append(f.Measurements, scenario.MeasurementSpec{Constant: "executor." + name, Value: fmt.Sprintf("%.3f", eff),
 			Min: fmt.Sprintf("%.3f", lo), Max: fmt.Sprintf("%.3f", math.Min(hi, 9.999)), Samples: len(b.Pack),
-			Fit:     fmt.Sprintf("median device copy / mean of median pack and unpack, box %v of %v (%s)", c.Size, c.Full, b.Kernel),
+			Fit:     fmt.Sprintf("2 x the box's bytes / mean of median pack and unpack / memory, box %v of %v (%s; a device copy of its bytes: %v)", c.Size, c.Full, b.Kernel, median(b.Copy)),
 			Command: in.Command, Date: in.Date, Machine: in.Machine})
 	}
 	if _, ok := in.Samples["pair-"+sizeName(PairSizes[0])]; !ok {
@@ -135,16 +150,25 @@ func Fitting(in Input) (*Fit, error) {
 		Samples: len(p0.Times), Residual: math.Round(res*1e4) / 1e4,
 		Fit:     fmt.Sprintf("t = %s + bytes / rate, least squares over one send/recv of %s", fmtT(pairFixed), sizeList()),
 		Command: in.Command, Date: in.Date, Machine: in.Machine})
-	// Both directions at once.
+	// NVLink both ways, by the copy engines.
+	peer, err := get("peer-all-pairs")
+	if err != nil {
+		return nil, err
+	}
+	pdir := func(t units.Time) units.Bandwidth { return units.Bandwidth(float64(allBytes) / (t - peer.HostIssue).Seconds()) }
+	f.NVLink = pdir(median(peer.Times))
+	note("nvlink", fmtBW(f.NVLink), "256 MiB each way by device copies / (median - host issue)", peer, fmtBW(pdir(peer.Times[len(peer.Times)-1])), fmtBW(pdir(peer.Times[0])))
+	// NCCL both ways: a GPU's channels carry its sends and receives.
 	all, err := get("all-pairs")
 	if err != nil {
 		return nil, err
 	}
-	dir := func(t units.Time) units.Bandwidth {
-		return units.Bandwidth(float64(allBytes) / max(t-pairFixed, 1).Seconds())
+	duplex := func(t units.Time) units.Bandwidth {
+		return units.Bandwidth(2 * float64(allBytes) / max(t-pairFixed, 1).Seconds())
 	}
-	f.NVLink = dir(median(all.Times))
-	note("nvlink", fmtBW(f.NVLink), "256 MiB each way / (median - the pair's fixed cost)", all, fmtBW(dir(all.Times[len(all.Times)-1])), fmtBW(dir(all.Times[0])))
+	f.Costs.DuplexRate = duplex(median(all.Times))
+	note("executor."+key(mode)+".duplex_rate", fmtBW(f.Costs.DuplexRate), "2 x 256 MiB (one each way) / (median - the pair's fixed cost)", all,
+		fmtBW(duplex(all.Times[len(all.Times)-1])), fmtBW(duplex(all.Times[0])))
 	// Groups: the host's cost per group from the 1 MiB stream's issue
 	// time; the device's per group from the 8 MiB stream beyond its bytes.
 	g1, err := get("groups-" + sizeName(StreamWaves[0]))

@@ -24,14 +24,15 @@ perproc() { local n=$1; shift; torchrun2 bin/m2n run --backend nccl --iters "$IT
 loop() { local n=$1; shift; timeout 400 bin/m2n run --iters "$ITERS" --warmup 3 --json --model "$P" "$@" > "$OUT/$n.json"; }
 {
 step "calibrate, one process"
-/usr/bin/time -f "%e s wall" bin/m2n calibrate --out "$P"
+time bin/m2n calibrate --out "$P"
 step "calibrate, one process per GPU (adds per_gpu)"
-/usr/bin/time -f "%e s wall" torchrun2 bin/m2n calibrate --into "$P" --out "$P"
+time torchrun2 bin/m2n calibrate --into "$P" --out "$P"
 cat "$P"
 step "held out: paper-2gpu, two GPUs"
 one paper-1proc-nccl paper-2gpu
 perproc paper-perproc-nccl paper-2gpu
 one paper-1proc-copy --transport copy paper-2gpu
+perproc paper-perproc-copy --transport copy --route flat,hierarchical paper-2gpu
 step "held out: the paper layer in loopback (scale 0.0625, rho=2)"
 loop loop-paper-copy --scale 0.0625 --point rho=2 paper-ffn-moe
 loop loop-paper-nccl --transport nccl --scale 0.0625 --point rho=2 paper-ffn-moe

@@ -27,6 +27,9 @@ type Options struct {
 	Exec Exec
 	// Timeline records each op's start and end.
 	Timeline bool
+	// duplex, set by the executor model, adds each GPU's NCCL channels
+	// as a resource of this capacity that NCCL transfers hold at both ends.
+	duplex units.Bandwidth
 	// Progress, if set, is told how far the simulation has come: once
 	// before the first event, then every 4096 batches of
 	// simultaneous events, and once at the end. Its reports are monotone
@@ -56,6 +59,9 @@ const (
 	Memory        = "memory"
 	FabricUp      = "fabric-up"
 	FabricDown    = "fabric-down"
+	// NCCLChannels is a GPU's NCCL send plus receive rate (the executor
+	// model with NCCL transfers, topo.ExecCosts.DuplexRate).
+	NCCLChannels = "nccl-channels"
 )
 
 // Resource is one shared capacity of the simulated machine.
@@ -144,6 +150,7 @@ type engine struct {
 	nicE   [][]int32
 	nicI   [][]int32
 	mem    []int32
+	nccl   []int32 // per GPU, its NCCL channels; nil unless modeled
 	fabUp  map[int]int32
 	fabDn  map[int]int32
 	lat    [3]units.Time
@@ -200,7 +207,7 @@ type flowRec struct {
 
 // maxFlowRes is the most resources a flow holds: NIC egress and ingress and
 // two fabric links.
-const maxFlowRes = 4
+const maxFlowRes = 6
 
 // path returns the flow's resources and coefficients.
 func (f *flowRec) path() ([]int32, []float64) { return f.res[:f.nres], f.coef[:f.nres] }
@@ -252,6 +259,9 @@ func newEngine(s *ir.Schedule, tp *topo.Topology, opt Options) (*engine, error) 
 			}
 			e.nicE, e.nicI = append(e.nicE, ne), append(e.nicI, ni)
 			e.mem = append(e.mem, add(Resource{name + "/memory", Memory, g, dom, tp.Memory}))
+			if opt.duplex > 0 {
+				e.nccl = append(e.nccl, add(Resource{name + "/nccl-channels", NCCLChannels, g, dom, opt.duplex}))
+			}
 			if tp.Oversubscription > 1 {
 				if _, ok := e.fabUp[dom]; !ok {
 					up := units.Bandwidth(float64(nic) * float64(tp.GPUsPerDomain*tp.NICsPerGPU) / tp.Oversubscription)
@@ -428,11 +438,19 @@ func (e *engine) newFlow(a, b int32) {
 		switch {
 		case e.opt.Loopback || sg == dg:
 			class = ir.Local
-			f.hold(e.mem[sg], 2)
+			coef := 2.0
+			if e.coef != nil && e.coef[a] > 0 {
+				coef = e.coef[a]
+			}
+			f.hold(e.mem[sg], coef)
 		case sdom == ddom:
 			class = ir.NVLink
 			f.hold(e.nvlE[sg], 1)
 			f.hold(e.nvlI[dg], 1)
+			if e.nccl != nil {
+				f.hold(e.nccl[sg], 1)
+				f.hold(e.nccl[dg], 1)
+			}
 		default:
 			class = ir.Net
 			k := e.tp.NICsPerGPU
@@ -441,6 +459,10 @@ func (e *engine) newFlow(a, b int32) {
 			if up, ok := e.fabUp[sdom]; ok {
 				f.hold(up, 1)
 				f.hold(e.fabDn[ddom], 1)
+			}
+			if e.nccl != nil {
+				f.hold(e.nccl[sg], 1)
+				f.hold(e.nccl[dg], 1)
 			}
 		}
 	}
@@ -683,7 +705,7 @@ func (h *eventHeap) pop() event {
 
 // ByClass sums resource stats per class, in a fixed order.
 func ByClass(rs []ResourceStat) []ResourceStat {
-	order := []string{NICEgress, NICIngress, NVLinkEgress, NVLinkIngress, Memory, FabricUp, FabricDown}
+	order := []string{NICEgress, NICIngress, NVLinkEgress, NVLinkIngress, Memory, FabricUp, FabricDown, NCCLChannels}
 	sum := map[string]*ResourceStat{}
 	for _, r := range rs {
 		s, ok := sum[r.Class]

@@ -77,7 +77,7 @@ type flowState struct {
 
 // maxPath is the most resources one flow holds at once: egress and ingress
 // ports, two fabric links and a rate cap.
-const maxPath = 6
+const maxPath = 7
 
 // defaultLocalMin is where local re-solving starts to pay: below it, a
 // component is small enough to fill whole.

@@ -49,6 +49,7 @@ type modeled struct {
 	of []int32
 	// groups is the NCCL groups the program issues (0 with copies).
 	groups int
+	copies bool // transfers are device copies (not NCCL)
 	// hostIssue is the host's time to issue everything: the busiest
 	// process's.
 	hostIssue units.Time
@@ -89,7 +90,7 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 	if err != nil {
 		return nil, fmt.Errorf("executor program: %w", err)
 	}
-	m := &modeled{s: &ir.Schedule{Route: s.Route, World: s.World, Tensors: s.Tensors, Buffers: s.Buffers}, of: make([]int32, len(s.Ops)), groups: p.Groups}
+	m := &modeled{s: &ir.Schedule{Route: s.Route, World: s.World, Tensors: s.Tensors, Buffers: s.Buffers}, of: make([]int32, len(s.Ops)), groups: p.Groups, copies: copyT}
 	for i := range m.of {
 		m.of[i] = -1
 	}
@@ -124,7 +125,14 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 		}
 		return out
 	}
+	copyCoef := 2.0
+	if ex.Graph && x.GraphCopy > 0 {
+		copyCoef = 2 / x.GraphCopy
+	}
 	packRate := func(c program.BoxClass) float64 {
+		if c == program.Contiguous {
+			return copyCoef
+		}
 		f := map[program.BoxClass]float64{program.LongRuns: x.PackLong, program.ShortRuns: x.PackShort, program.Staged: x.PackStage}[c]
 		if f <= 0 {
 			return 2
@@ -186,7 +194,7 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 				}
 				lat = costs.XferLatency
 			}
-			si := add(snd, rel, lat, 0, sdeps)
+			si := add(snd, rel, lat, copyCoef, sdeps)
 			ri := add(rcv, rel, lat, 0, rdeps)
 			m.s.Ops[si].Match, m.s.Ops[ri].Match = ri, si
 			for i, e := range ends {
@@ -279,6 +287,9 @@ func runProgram(s *ir.Schedule, tp *topo.Topology, opt Options) (*Result, error)
 				opt.FlowCap[k] = c
 			}
 		}
+	}
+	if !m.copies {
+		opt.duplex = tp.Executor.Costs[opt.Exec.Launch].DuplexRate
 	}
 	e, err := newEngine(m.s, tp, opt)
 	if err != nil {

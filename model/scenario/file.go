@@ -54,6 +54,7 @@ type ExecutorSpec struct {
 	PackLong   *float64       `toml:"pack_long"`
 	PackShort  *float64       `toml:"pack_short"`
 	PackStage  *float64       `toml:"pack_stage"`
+	GraphCopy  *float64       `toml:"graph_copy"`
 	OneProcess *ExecCostsSpec `toml:"one_process"`
 	PerGPU     *ExecCostsSpec `toml:"per_gpu"`
 }
@@ -61,6 +62,7 @@ type ExecutorSpec struct {
 // ExecCostsSpec is one launch mode's costs (topo.ExecCosts).
 type ExecCostsSpec struct {
 	PairRate     *units.Bandwidth `toml:"pair_rate"`
+	DuplexRate   *units.Bandwidth `toml:"duplex_rate"`
 	XferLatency  *units.Time      `toml:"xfer_latency"`
 	GroupLatency *units.Time      `toml:"group_latency"`
 	HostGroup    *units.Time      `toml:"host_group"`

@@ -611,12 +611,14 @@ func applyTopology(t *topo.Topology, ts TopologySpec) error {
 		setF(&x.PackLong, e.PackLong)
 		setF(&x.PackShort, e.PackShort)
 		setF(&x.PackStage, e.PackStage)
+		setF(&x.GraphCopy, e.GraphCopy)
 		for l, c := range []*ExecCostsSpec{topo.OneProcess: e.OneProcess, topo.PerGPU: e.PerGPU} {
 			if c == nil {
 				continue
 			}
 			xc := &x.Costs[l]
 			setBW(&xc.PairRate, c.PairRate)
+			setBW(&xc.DuplexRate, c.DuplexRate)
 			setT(&xc.XferLatency, c.XferLatency)
 			setT(&xc.GroupLatency, c.GroupLatency)
 			setT(&xc.HostGroup, c.HostGroup)

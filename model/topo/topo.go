@@ -196,10 +196,10 @@ func (t *Topology) Describe() string {
 	fmt.Fprintf(&b, "fabric: %s\n", over)
 	fmt.Fprintf(&b, "op start latency: NVLink %v, network %v, local %v\n", t.LatencyNVLink, t.LatencyNet, t.LatencyLocal)
 	if e := &t.Executor; !e.IsZero() {
-		fmt.Fprintf(&b, "executor: pack/unpack at %.2f/%.2f/%.2f of memory (long/short/staged rows)\n", e.PackLong, e.PackShort, e.PackStage)
+		fmt.Fprintf(&b, "executor: pack/unpack at %.2f/%.2f/%.2f of memory (long/short/staged rows), copies in a graph at %.2f\n", e.PackLong, e.PackShort, e.PackStage, e.GraphCopy)
 		for l, c := range e.Costs {
-			fmt.Fprintf(&b, "executor, %s: pair %v, send/recv %v, group %v; host: group %v, send/recv %v, launch %v\n",
-				Launch(l), c.PairRate, c.XferLatency, c.GroupLatency, c.HostGroup, c.HostXfer, c.HostLaunch)
+			fmt.Fprintf(&b, "executor, %s: pair %v, duplex %v, send/recv %v, group %v; host: group %v, send/recv %v, launch %v\n",
+				Launch(l), c.PairRate, c.DuplexRate, c.XferLatency, c.GroupLatency, c.HostGroup, c.HostXfer, c.HostLaunch)
 		}
 	}
 	return b.String()
@@ -244,6 +244,9 @@ type Executor struct {
 	// (at least 4 KiB), short aligned runs, and rows off 16-byte alignment
 	// (staged).
 	PackLong, PackShort, PackStage float64
+	// GraphCopy is the rate of a contiguous device copy replayed in a CUDA
+	// graph as a fraction of Memory (0: 1).
+	GraphCopy float64
 	// Costs by launch mode, indexed by Launch.
 	Costs [2]ExecCosts
 }
@@ -253,6 +256,9 @@ type ExecCosts struct {
 	// PairRate caps the rate of one NCCL send/recv (one pair, one
 	// direction); 0 means no cap beyond the links.
 	PairRate units.Bandwidth
+	// DuplexRate is the most NCCL bytes one GPU sends plus receives per
+	// second: its channels serve both directions; 0 means no limit.
+	DuplexRate units.Bandwidth
 	// XferLatency is the device time of one NCCL send/recv before its
 	// bytes flow (per merged transfer).
 	XferLatency units.Time
@@ -274,15 +280,15 @@ func (e *Executor) validate() []error {
 	for _, f := range []struct {
 		name string
 		v    float64
-	}{{"executor.pack_long", e.PackLong}, {"executor.pack_short", e.PackShort}, {"executor.pack_stage", e.PackStage}} {
+	}{{"executor.pack_long", e.PackLong}, {"executor.pack_short", e.PackShort}, {"executor.pack_stage", e.PackStage}, {"executor.graph_copy", e.GraphCopy}} {
 		if f.v < 0 || f.v > 1 {
 			errs = append(errs, fmt.Errorf("%s = %g: must be a fraction of memory bandwidth, in [0, 1] (0: 1)", f.name, f.v))
 		}
 	}
 	for l, c := range e.Costs {
 		name := "executor." + strings.ReplaceAll(Launch(l).String(), "-", "_") + "."
-		if c.PairRate < 0 {
-			errs = append(errs, fmt.Errorf("%spair_rate = %v: must not be negative", name, c.PairRate))
+		if c.PairRate < 0 || c.DuplexRate < 0 {
+			errs = append(errs, fmt.Errorf("%spair_rate = %v, duplex_rate = %v: must not be negative", name, c.PairRate, c.DuplexRate))
 		}
 		for _, t := range []struct {
 			name string
