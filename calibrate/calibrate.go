@@ -51,14 +51,15 @@ type BoxSample struct {
 	Kernel             string
 }
 
-// BoxCases are the pack classes' representative boxes (docs/native.md):
-// the paper layer's pack box, rows of 128 bytes, and rows off 16-byte
-// alignment.
+// BoxCases are the pack classes' representative boxes (docs/native.md),
+// each of 256-512 MiB so that a kernel's fixed cost is below 2% of it:
+// the paper layer's expert rows (14 KiB runs), rows of 128 bytes, and rows
+// off 16-byte alignment.
 func BoxCases() []BoxCase {
 	return []BoxCase{
-		{program.LongRuns, []int64{16, 2048, 7168}, []int64{0, 256, 0}, []int64{16, 256, 7168}, 2},
-		{program.ShortRuns, []int64{65536, 4096}, []int64{0, 1024}, []int64{65536, 64}, 2},
-		{program.Staged, []int64{32, 1036, 2049}, []int64{0, 259, 0}, []int64{32, 518, 2047}, 2},
+		{program.LongRuns, []int64{16, 8192, 7168}, []int64{0, 2048, 0}, []int64{16, 2048, 7168}, 2},
+		{program.ShortRuns, []int64{2097152, 512}, []int64{0, 128}, []int64{2097152, 64}, 2},
+		{program.Staged, []int64{64, 4100, 2049}, []int64{0, 1025, 0}, []int64{64, 2050, 2047}, 2},
 	}
 }
 
@@ -74,10 +75,15 @@ const (
 )
 
 // PairSizes are the sizes of the one-pair sweep.
-var PairSizes = []int64{pairSmall, 4 << 20, 64 << 20, 512 << 20}
+var PairSizes = []int64{pairSmall, 4 << 20, 64 << 20, 256 << 20, 512 << 20}
 
-// StreamWaves are the per-group sizes of the group streams.
-var StreamWaves = []int64{1 << 20, 8 << 20}
+// StreamWaves are the per-group sizes of the group streams: the first
+// host-bound (the host's cost of a group), the second the ramp's foot, the
+// last its top (rampTop).
+var StreamWaves = []int64{1 << 20, 8 << 20, 32 << 20, rampTop}
+
+// rampTop is the size from which a send/recv's fixed cost no longer grows.
+const rampTop = 64 << 20
 
 // topology is what the benchmarks are planned on: two GPUs, each its own
 // virtual domain, as the two-GPU scenarios do.
@@ -120,10 +126,7 @@ func Benches(gpus int) ([]Bench, error) {
 		What: "one device copy of 1 GiB: memory bandwidth"}, []ir.Tensor{tensor("w", copyBytes, 0, 0)}, copyBytes); err != nil {
 		return nil, err
 	}
-	if err := add(Bench{Name: "copy-graph", GPUs: 1, Transport: "copy", Graph: true, Bytes: copyBytes, Count: 1,
-		What: "the same in a CUDA graph"}, []ir.Tensor{tensor("w", copyBytes, 0, 0)}, copyBytes); err != nil {
-		return nil, err
-	}
+
 	var small []ir.Tensor
 	for i := range launchOps {
 		small = append(small, tensor(fmt.Sprintf("w%d", i), launchBytes, 0, 0))
@@ -136,6 +139,20 @@ func Benches(gpus int) ([]Bench, error) {
 		What: "the same, issued op by op: the host's cost of a launch"}, small, launchBytes); err != nil {
 		return nil, err
 	}
+	// Dependencies across streams: packs, transfers and unpacks on their
+	// own streams, each waiting for the one before.
+	tp := topology()
+	ev := ir.Tensor{Name: "w", Src: layout.Layout{Shape: []int64{512, 1024}, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{2}, Ranks: []int{0, 1}}, Placements: []layout.Placement{layout.S(1)}},
+		Dst: layout.Layout{Shape: []int64{512, 1024}, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{2}, Ranks: []int{2, 3}}, Placements: []layout.Placement{layout.S(0)}}}
+	tp.Domains = 4
+	s, err := plan.Build([]ir.Tensor{ev}, tp, plan.Options{Route: plan.Flat, ChunkBytes: 16 << 10})
+	if err != nil {
+		return nil, fmt.Errorf("bench events: %w", err)
+	}
+	out = append(out, Bench{Name: "events", Schedule: s, GPUs: 1, Transport: "copy", Count: 1,
+		What: "packs, copies and unpacks on their streams, each waiting for the last: the host's cost of an event"})
+	out = append(out, Bench{Name: "events-graph", Schedule: s, GPUs: 1, Transport: "copy", Graph: true, Count: 1,
+		What: "the same as a CUDA graph: the device's cost of a dependency across streams"})
 	if gpus < 2 {
 		return out, nil
 	}
@@ -181,4 +198,87 @@ func sizeName(n int64) string {
 		return fmt.Sprintf("%dKiB", n>>10)
 	}
 	return fmt.Sprintf("%dB", n)
+}
+
+// Counts is what the host issues for a bench in one launch mode: kernel or
+// copy launches, and event records and stream waits (the iteration's own
+// included), by the busiest process.
+type Counts struct {
+	Launches, Events int
+}
+
+// HostCounts counts what the executor's host issues for a bench (one
+// iteration, as native issues it) in a launch mode.
+func HostCounts(b *Bench, launch topo.Launch) (Counts, error) {
+	mode := program.Waves
+	if b.Transport == "copy" {
+		mode = program.Streams
+	}
+	dev := func(r int32) int {
+		if b.GPUs == 1 {
+			return 0
+		}
+		return int(r)
+	}
+	p, err := program.Compile(b.Schedule, program.Options{Dev: dev, Lanes: 4, Mode: mode, WaveBytes: b.WaveBytes, Comms: 1})
+	if err != nil {
+		return Counts{}, err
+	}
+	proc := func(d int) int {
+		if launch == topo.PerGPU {
+			return d
+		}
+		return 0
+	}
+	per := map[int]*Counts{}
+	at := func(d int) *Counts {
+		if per[proc(d)] == nil {
+			per[proc(d)] = &Counts{}
+		}
+		return per[proc(d)]
+	}
+	devs := map[int]map[int]bool{}
+	for _, k := range p.Streams {
+		c := at(k.Dev)
+		c.Events += 3 // the iteration's start wait, and its join record and wait
+		if devs[proc(k.Dev)] == nil {
+			devs[proc(k.Dev)] = map[int]bool{}
+		}
+		devs[proc(k.Dev)][k.Dev] = true
+	}
+	for pr, ds := range devs {
+		per[pr].Events += 1 + len(ds) // the start record, and each device's wait
+	}
+	rec := func(r int32, more []int32) int {
+		n := len(more)
+		if r >= 0 {
+			n++
+		}
+		return n
+	}
+	for _, st := range p.Steps {
+		switch st.Kind {
+		case program.Local:
+			c := at(p.Streams[st.Stream].Dev)
+			c.Launches++
+			c.Events += len(st.Waits) + rec(st.Record, nil)
+		case program.Xfer:
+			if mode == program.Streams {
+				c := at(p.Streams[st.Stream].Dev)
+				c.Launches++
+				c.Events += len(st.Waits) + rec(st.Record, st.More)
+				continue
+			}
+			s, r := at(p.Streams[st.Stream].Dev), at(p.Streams[st.RStream].Dev)
+			s.Events += len(st.Waits) + rec(st.Record, st.More)
+			r.Events += len(st.RWaits) + rec(st.RRecord, st.RMore)
+		}
+	}
+	var most Counts
+	for _, c := range per {
+		if c.Launches+c.Events > most.Launches+most.Events {
+			most = *c
+		}
+	}
+	return most, nil
 }

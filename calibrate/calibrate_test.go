@@ -18,11 +18,13 @@ func truth() *topo.Topology {
 	t.Memory = units.GBps(4200)
 	t.LatencyLocal = 2500 * units.Nanosecond
 	t.NVLink, t.NIC, t.NICLine = units.GBps(350), units.GBps(350), units.GBps(450)
-	t.Executor = topo.Executor{PackLong: 0.88, PackShort: 0.8, PackStage: 0.65, GraphCopy: 0.7}
+	t.Executor = topo.Executor{PackLong: 0.88, PackShort: 0.8, PackStage: 0.65}
 	t.Executor.Costs[topo.OneProcess] = topo.ExecCosts{PairRate: units.GBps(365), DuplexRate: units.GBps(610), XferLatency: 6 * units.Microsecond,
-		GroupLatency: 4 * units.Microsecond, HostGroup: 5 * units.Microsecond, HostXfer: 2 * units.Microsecond, HostLaunch: 3 * units.Microsecond}
+		GroupLatency: 4 * units.Microsecond, HostGroup: 5 * units.Microsecond, HostXfer: 2 * units.Microsecond, HostLaunch: 3 * units.Microsecond, HostEvent: 900 * units.Nanosecond,
+		StartLatency: 20 * units.Microsecond, DepLatency: 2 * units.Microsecond, Ramp: []topo.RampPoint{{8 << 20, 0}, {32 << 20, 9 * units.Microsecond}, {64 << 20, 25 * units.Microsecond}}}
 	t.Executor.Costs[topo.PerGPU] = topo.ExecCosts{PairRate: units.GBps(360), DuplexRate: units.GBps(640), XferLatency: 9 * units.Microsecond,
-		GroupLatency: 7 * units.Microsecond, HostGroup: 8 * units.Microsecond, HostXfer: 1 * units.Microsecond, HostLaunch: 4 * units.Microsecond}
+		GroupLatency: 7 * units.Microsecond, HostGroup: 8 * units.Microsecond, HostXfer: 1 * units.Microsecond, HostLaunch: 4 * units.Microsecond, HostEvent: 1200 * units.Nanosecond,
+		StartLatency: 30 * units.Microsecond, DepLatency: 3 * units.Microsecond, Ramp: []topo.RampPoint{{8 << 20, 0}, {32 << 20, 15 * units.Microsecond}, {64 << 20, 20 * units.Microsecond}}}
 	return t
 }
 
@@ -34,7 +36,7 @@ func measure(t *testing.T, tp *topo.Topology, launch topo.Launch) Input {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := Input{Launch: launch, GPUsPerProcess: 2, Samples: map[string]Sample{}, Boxes: map[program.BoxClass]BoxSample{}}
+	in := Input{Launch: launch, GPUsPerProcess: 2, Samples: map[string]Sample{}, Counts: map[string]Counts{}, Boxes: map[program.BoxClass]BoxSample{}}
 	if launch == topo.PerGPU {
 		in.GPUsPerProcess = 1
 	}
@@ -45,6 +47,9 @@ func measure(t *testing.T, tp *topo.Topology, launch topo.Launch) Input {
 			t.Fatalf("%s: %v", b.Name, err)
 		}
 		in.Samples[b.Name] = Sample{Times: []units.Time{r.Makespan}, HostIssue: r.HostIssue, Groups: r.Groups}
+		if in.Counts[b.Name], err = HostCounts(&b, launch); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, c := range BoxCases() {
 		eff := map[program.BoxClass]float64{program.LongRuns: tp.Executor.PackLong, program.ShortRuns: tp.Executor.PackShort, program.Staged: tp.Executor.PackStage}[c.Class]
@@ -80,7 +85,6 @@ func TestFitRecoversTheModel(t *testing.T) {
 			nearly(t, launch.String()+" "+name, got, want, tol)
 		}
 		near("memory", float64(f.Memory), float64(tp.Memory), 0.01)
-		near("graph_copy", f.GraphCopy, tp.Executor.GraphCopy, 0.01)
 		near("duplex_rate", float64(f.Costs.DuplexRate), float64(want.DuplexRate), 0.01)
 		near("latency_local", float64(f.LatencyLocal), float64(tp.LatencyLocal), 0.02)
 		near("nvlink", float64(f.NVLink), float64(tp.NVLink), 0.015) // less a copy's latency
@@ -89,10 +93,21 @@ func TestFitRecoversTheModel(t *testing.T) {
 		// One pair alone runs at the lesser of its cap and the link.
 		near("pair_rate", float64(f.Costs.PairRate), math.Min(float64(want.PairRate), float64(tp.NVLink)), 0.01)
 		near("host_launch", float64(f.Costs.HostLaunch), float64(want.HostLaunch), 0.01)
+		near("host_event", float64(f.Costs.HostEvent), float64(want.HostEvent), 0.01)
 		near("host_group", float64(f.Costs.HostGroup), float64(want.HostGroup), 0.02)
 		near("host_xfer", float64(f.Costs.HostXfer), float64(want.HostXfer), 0.02)
 		near("xfer_latency", float64(f.Costs.XferLatency), float64(want.XferLatency), 0.05)
 		near("group_latency", float64(f.Costs.GroupLatency), float64(want.GroupLatency), 0.05)
+		near("start_latency", float64(f.Costs.StartLatency), float64(want.StartLatency), 0.05)
+		near("dep_latency", float64(f.Costs.DepLatency), float64(want.DepLatency), 0.02)
+		if len(f.Costs.Ramp) != len(want.Ramp) {
+			t.Fatalf("%v: ramp %v, want %v", launch, f.Costs.Ramp, want.Ramp)
+		}
+		for k, p := range f.Costs.Ramp {
+			if p.Bytes != want.Ramp[k].Bytes || math.Abs(float64(p.Extra-want.Ramp[k].Extra)) > 0.5e6 {
+				t.Errorf("%v: ramp %v, want %v (within 0.5 us)", launch, f.Costs.Ramp, want.Ramp)
+			}
+		}
 		if len(f.Measurements) < 10 {
 			t.Errorf("%v: %d measurements noted, want one per constant", launch, len(f.Measurements))
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/model/units"
 	"github.com/m2n-project/m2n/plan/program"
+	"github.com/m2n-project/m2n/sim"
 )
 
 // Fit is what one launch mode's measurements give.
@@ -21,7 +22,6 @@ type Fit struct {
 	PackLong     float64
 	PackShort    float64
 	PackStage    float64
-	GraphCopy    float64
 	// Costs are the launch mode's executor costs.
 	Costs topo.ExecCosts
 	// Measurements say where each constant comes from.
@@ -37,6 +37,7 @@ type Input struct {
 	// process over two GPUs, 1 per GPU under a launcher.
 	GPUsPerProcess int
 	Samples        map[string]Sample // by bench name
+	Counts         map[string]Counts // by bench name: what the host issues (HostCounts)
 	Boxes          map[program.BoxClass]BoxSample
 	Command        string // the command that measured them
 	Date           string // when (UTC, RFC 3339)
@@ -69,16 +70,12 @@ func Fitting(in Input) (*Fit, error) {
 		return nil, err
 	}
 	// The timed iteration begins before the host issues the copy.
-	bw := func(t units.Time) units.Bandwidth { return units.Bandwidth(2 * float64(copyBytes) / (t - cp.HostIssue).Seconds()) }
+	bw := func(t units.Time) units.Bandwidth {
+		return units.Bandwidth(2 * float64(copyBytes) / (t - cp.HostIssue).Seconds())
+	}
 	f.Memory = bw(median(cp.Times))
 	note("memory", fmtBW(f.Memory), "2 x 1 GiB / (the median copy - its host issue)", cp, fmtBW(bw(cp.Times[len(cp.Times)-1])), fmtBW(bw(cp.Times[0])))
-	cg, err := get("copy-graph")
-	if err != nil {
-		return nil, err
-	}
-	f.GraphCopy = math.Min(1, math.Round(float64(median(cp.Times))/float64(median(cg.Times))*1000)/1000)
-	f.Measurements = append(f.Measurements, scenario.MeasurementSpec{Constant: "executor.graph_copy", Value: fmt.Sprintf("%.3f", f.GraphCopy),
-		Samples: len(cg.Times), Fit: "median copy / median of the same copy in a CUDA graph", Command: in.Command, Date: in.Date, Machine: in.Machine})
+
 	// A copy's device latency: 256 copies of 64 KiB back to back in a
 	// graph, beyond their bytes at the memory rate.
 	lg, err := get("launch-graph")
@@ -90,13 +87,28 @@ func Fitting(in Input) (*Fit, error) {
 	}
 	f.LatencyLocal = per(median(lg.Times))
 	note("latency_local", fmtT(f.LatencyLocal), "(median / 256) - 2 x 64 KiB / memory", lg, fmtT(per(lg.Times[0])), fmtT(per(lg.Times[len(lg.Times)-1])))
-	// The host's cost of a launch: the same copies issued one by one.
+	// The host's costs of a launch and of an event: the launches of one
+	// stream, and a schedule whose ops wait across streams, both issued
+	// op by op: two equations in the two costs.
 	ln, err := get("launch")
 	if err != nil {
 		return nil, err
 	}
-	f.Costs.HostLaunch = ln.HostIssue / launchOps
-	note("executor."+key(mode)+".host_launch", fmtT(f.Costs.HostLaunch), "host issue time / 256 launches", ln, "", "")
+	evs, err := get("events")
+	if err != nil {
+		return nil, err
+	}
+	l1, e1 := in.Counts["launch"].Launches, in.Counts["launch"].Events
+	l2, e2 := in.Counts["events"].Launches, in.Counts["events"].Events
+	det := float64(l1*e2 - l2*e1)
+	if det == 0 || l1 == 0 || e2 == 0 {
+		return nil, fmt.Errorf("calibrate: the launch and events benches do not separate launches from events (%d/%d, %d/%d)", l1, e1, l2, e2)
+	}
+	h1, h2 := float64(ln.HostIssue), float64(evs.HostIssue)
+	f.Costs.HostLaunch = max(0, units.Time(math.Round((h1*float64(e2)-h2*float64(e1))/det)))
+	f.Costs.HostEvent = max(0, units.Time(math.Round((float64(l1)*h2-float64(l2)*h1)/det)))
+	note("executor."+key(mode)+".host_launch", fmtT(f.Costs.HostLaunch), fmt.Sprintf("host issue of %d launches and %d event ops, and of %d and %d (the events bench), solved for both costs", l1, e1, l2, e2), ln, "", "")
+	note("executor."+key(mode)+".host_event", fmtT(f.Costs.HostEvent), "the same two equations", evs, "", "")
 	// Pack classes: the rate of a pack and an unpack (read plus write)
 	// as a fraction of memory.
 	for _, c := range BoxCases() {
@@ -127,12 +139,26 @@ func Fitting(in Input) (*Fit, error) {
 			Fit:     fmt.Sprintf("2 x the box's bytes / mean of median pack and unpack / memory, box %v of %v (%s; a device copy of its bytes: %v)", c.Size, c.Full, b.Kernel, median(b.Copy)),
 			Command: in.Command, Date: in.Date, Machine: in.Machine})
 	}
+	// A dependency across streams: the latency that makes the simulated
+	// graph of the events bench take its measured time.
+	eg, err := get("events-graph")
+	if err != nil {
+		return nil, err
+	}
+	if f.Costs.DepLatency, err = f.fitDepLatency(in, median(eg.Times)); err != nil {
+		return nil, err
+	}
+	note("executor."+key(mode)+".dep_latency", fmtT(f.Costs.DepLatency), "the events bench as a CUDA graph, simulated with the constants above: the latency that gives its median", eg, "", "")
 	if _, ok := in.Samples["pair-"+sizeName(PairSizes[0])]; !ok {
 		return f, nil // one GPU: no NCCL constants
 	}
-	// One pair: t(n) = a + n / rate, least squares over the sizes.
+	// One pair, t(n) = a + n / rate: the rate from the sizes the ramp no
+	// longer grows at (64 MiB and up), least squares.
 	var xs, ys []float64
 	for _, n := range PairSizes {
+		if n < rampTop {
+			continue
+		}
 		s, err := get("pair-" + sizeName(n))
 		if err != nil {
 			return nil, err
@@ -148,14 +174,16 @@ func Fitting(in Input) (*Fit, error) {
 	p0, _ := get("pair-" + sizeName(PairSizes[len(PairSizes)-1]))
 	f.Measurements = append(f.Measurements, scenario.MeasurementSpec{Constant: "executor." + key(mode) + ".pair_rate", Value: fmtBW(f.Costs.PairRate),
 		Samples: len(p0.Times), Residual: math.Round(res*1e4) / 1e4,
-		Fit:     fmt.Sprintf("t = %s + bytes / rate, least squares over one send/recv of %s", fmtT(pairFixed), sizeList()),
+		Fit:     fmt.Sprintf("t = %s + bytes / rate, least squares over one send/recv of %s", fmtT(pairFixed), sizeList(rampTop)),
 		Command: in.Command, Date: in.Date, Machine: in.Machine})
 	// NVLink both ways, by the copy engines.
 	peer, err := get("peer-all-pairs")
 	if err != nil {
 		return nil, err
 	}
-	pdir := func(t units.Time) units.Bandwidth { return units.Bandwidth(float64(allBytes) / (t - peer.HostIssue).Seconds()) }
+	pdir := func(t units.Time) units.Bandwidth {
+		return units.Bandwidth(float64(allBytes) / (t - peer.HostIssue).Seconds())
+	}
 	f.NVLink = pdir(median(peer.Times))
 	note("nvlink", fmtBW(f.NVLink), "256 MiB each way by device copies / (median - host issue)", peer, fmtBW(pdir(peer.Times[len(peer.Times)-1])), fmtBW(pdir(peer.Times[0])))
 	// NCCL both ways: a GPU's channels carry its sends and receives.
@@ -168,45 +196,74 @@ func Fitting(in Input) (*Fit, error) {
 	}
 	f.Costs.DuplexRate = duplex(median(all.Times))
 	note("executor."+key(mode)+".duplex_rate", fmtBW(f.Costs.DuplexRate), "2 x 256 MiB (one each way) / (median - the pair's fixed cost)", all,
-		fmtBW(duplex(all.Times[len(all.Times)-1])), fmtBW(duplex(all.Times[0])))
-	// Groups: the host's cost per group from the 1 MiB stream's issue
-	// time; the device's per group from the 8 MiB stream beyond its bytes.
-	g1, err := get("groups-" + sizeName(StreamWaves[0]))
+		fmt.Sprint(fmtBW(duplex(all.Times[len(all.Times)-1]))), fmtBW(duplex(all.Times[0])))
+	// The host: per group from the 1 MiB stream's issue time (less the
+	// iteration's own events), per call from 64 calls in one group.
+	g1Name := "groups-" + sizeName(StreamWaves[0])
+	g1, err := get(g1Name)
 	if err != nil {
 		return nil, err
 	}
-	g8, err := get("groups-" + sizeName(StreamWaves[1]))
-	if err != nil {
-		return nil, err
-	}
-	w1, w8 := int(streamBytes/StreamWaves[0]), int(streamBytes/StreamWaves[1])
-	hostPerGroup := g1.HostIssue / units.Time(w1)
-	bytesT := func(n int64) units.Time { return units.Time(math.Round(float64(n) / float64(f.Costs.PairRate) * 1e12)) }
-	// The stream starts once its first group is issued.
-	devPerGroup := (median(g8.Times)-hostPerGroup)/units.Time(w8) - bytesT(StreamWaves[1])
-	if hostPerGroup > devPerGroup+bytesT(StreamWaves[1]) {
-		f.Notes = append(f.Notes, fmt.Sprintf("the %s group stream is host-bound (%v a group on the host): its device cost is an upper bound", sizeName(StreamWaves[1]), hostPerGroup))
-	}
-	// Many ops in one group: the host's cost per call, and the device's
-	// per send/recv.
+	w1 := int(streamBytes / StreamWaves[0])
+	hostPerGroup := (g1.HostIssue - units.Time(in.Counts[g1Name].Events)*f.Costs.HostEvent) / units.Time(w1)
 	ops, err := get("ops")
 	if err != nil {
 		return nil, err
 	}
 	n := units.Time(max(in.GPUsPerProcess, 1))
-	f.Costs.HostXfer = max(0, (ops.HostIssue-hostPerGroup)/(units.Time(opsCount-1)*n))
+	opsHost := ops.HostIssue - units.Time(in.Counts["ops"].Events)*f.Costs.HostEvent
+	f.Costs.HostXfer = max(0, (opsHost-hostPerGroup)/(units.Time(opsCount-1)*n))
 	f.Costs.HostGroup = max(0, hostPerGroup/n-f.Costs.HostXfer)
 	note("executor."+key(mode)+".host_group", fmtT(f.Costs.HostGroup),
 		fmt.Sprintf("host issue of the %s stream / %d groups / %d GPUs, less a call", sizeName(StreamWaves[0]), w1, n), g1, "", "")
 	note("executor."+key(mode)+".host_xfer", fmtT(f.Costs.HostXfer),
 		fmt.Sprintf("(host issue of 64 send/recvs in a group - of one) / 63 / %d GPUs", n), ops, "", "")
-	x := (median(ops.Times) - ops.HostIssue - units.Time(opsCount)*bytesT(opsBytes) - devPerGroup) / (opsCount - 1)
+	// The device. A stream of W groups of w bytes costs, after its first
+	// group is issued, the stream's start S once and per group
+	// D(w) = send/recv + group + ramp(w) beyond its bytes; one send/recv
+	// alone costs its issue, S and D(n) (the pair's intercept at the top of
+	// the ramp). The ramp is 0 at 8 MiB; S follows from the 64 MiB stream
+	// and the pair's intercept, by iteration.
+	bytesT := func(n int64) units.Time { return units.Time(math.Round(float64(n) / float64(f.Costs.PairRate) * 1e12)) }
+	first := func(name string) units.Time { // the first group's release
+		c := in.Counts[name]
+		return units.Time(c.Events-2*(c.Events-1-in.GPUsPerProcess)/3)*f.Costs.HostEvent + n*(f.Costs.HostGroup+f.Costs.HostXfer)
+	}
+	perGroup := map[int64]units.Time{}
+	var start units.Time
+	for range 20 {
+		for _, w := range StreamWaves[1:] {
+			name := "groups-" + sizeName(w)
+			g, err := get(name)
+			if err != nil {
+				return nil, err
+			}
+			perGroup[w] = (median(g.Times)-first(name)-start)/units.Time(streamBytes/w) - bytesT(w)
+		}
+		pairName := "pair-" + sizeName(PairSizes[len(PairSizes)-1])
+		start = max(0, pairFixed-first(pairName)-perGroup[rampTop])
+	}
+	d8 := perGroup[StreamWaves[1]]
+	x := (median(ops.Times) - opsHost - start - units.Time(opsCount)*bytesT(opsBytes) - d8) / (opsCount - 1)
 	f.Costs.XferLatency = max(0, x)
-	f.Costs.GroupLatency = max(0, devPerGroup-f.Costs.XferLatency)
+	f.Costs.GroupLatency = max(0, d8-f.Costs.XferLatency)
+	f.Costs.StartLatency = start
+	f.Costs.Ramp = nil
+	for _, w := range StreamWaves[1:] {
+		f.Costs.Ramp = append(f.Costs.Ramp, topo.RampPoint{Bytes: w, Extra: max(0, perGroup[w]-d8)})
+	}
+	g8, _ := get("groups-" + sizeName(StreamWaves[1]))
 	note("executor."+key(mode)+".xfer_latency", fmtT(f.Costs.XferLatency),
-		"(median of 64 send/recvs in a group - host issue - their bytes - a group) / 63", ops, "", "")
+		"(median of 64 send/recvs in a group - host issue - the start - their bytes - a group) / 63", ops, "", "")
 	note("executor."+key(mode)+".group_latency", fmtT(f.Costs.GroupLatency),
-		fmt.Sprintf("(median of the %s stream - a group's host issue) / %d groups - their bytes - a send/recv", sizeName(StreamWaves[1]), w8), g8, "", "")
+		fmt.Sprintf("(median of the %s stream - its first issue - the start) / its groups - their bytes - a send/recv", sizeName(StreamWaves[1])), g8, "", "")
+	note("executor."+key(mode)+".start_latency", fmtT(f.Costs.StartLatency),
+		"the pair's intercept - its issue - a 64 MiB group's cost in a stream", p0, "", "")
+	for _, rp := range f.Costs.Ramp {
+		g, _ := get("groups-" + sizeName(rp.Bytes))
+		note("executor."+key(mode)+".ramp_extra("+sizeName(rp.Bytes)+")", fmtT(rp.Extra),
+			fmt.Sprintf("a group's cost in the %s stream - in the %s stream", sizeName(rp.Bytes), sizeName(StreamWaves[1])), g, "", "")
+	}
 	return f, nil
 }
 
@@ -218,10 +275,13 @@ func key(mode string) string {
 	return "one_process"
 }
 
-func sizeList() string {
+func sizeList(from int64) string {
 	s := ""
-	for i, n := range PairSizes {
-		if i > 0 {
+	for _, n := range PairSizes {
+		if n < from {
+			continue
+		}
+		if s != "" {
 			s += ", "
 		}
 		s += sizeName(n)
@@ -253,3 +313,47 @@ func line(xs, ys []float64) (a, b, res float64) {
 func fmtT(t units.Time) string { return fmt.Sprintf("%.2f us", math.Round(float64(t)/1e4)/100) }
 
 func fmtBW(b units.Bandwidth) string { return fmt.Sprintf("%.1f GB/s", math.Round(b.GBps()*10)/10) }
+
+// fitDepLatency finds, by bisection, the dependency latency at which the
+// simulated events bench (as a CUDA graph, on the constants fitted so far)
+// takes the measured time; the simulated time does not fall as it grows.
+func (f *Fit) fitDepLatency(in Input, measured units.Time) (units.Time, error) {
+	bs, err := Benches(1)
+	if err != nil {
+		return 0, err
+	}
+	var b *Bench
+	for i := range bs {
+		if bs[i].Name == "events-graph" {
+			b = &bs[i]
+		}
+	}
+	tp := topology()
+	tp.Memory, tp.LatencyLocal = f.Memory, f.LatencyLocal
+	tp.Executor.PackLong, tp.Executor.PackShort, tp.Executor.PackStage = f.PackLong, f.PackShort, f.PackStage
+	at := func(d units.Time) (units.Time, error) {
+		tp.Executor.Costs[in.Launch] = topo.ExecCosts{DepLatency: d, HostEvent: 1} // any cost: the model on
+		r, err := sim.Run(b.Schedule, tp, sim.Options{Loopback: true, Exec: sim.Exec{Launch: in.Launch, Transport: "copy", Graph: true}})
+		if err != nil {
+			return 0, err
+		}
+		return r.Makespan, nil
+	}
+	lo, hi := units.Time(0), 100*units.Microsecond
+	if t, err := at(lo); err != nil || t >= measured {
+		return 0, err
+	}
+	for hi-lo > units.Nanosecond {
+		mid := (lo + hi) / 2
+		t, err := at(mid)
+		if err != nil {
+			return 0, err
+		}
+		if t < measured {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return (lo + hi) / 2, nil
+}

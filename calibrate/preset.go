@@ -21,7 +21,7 @@ func Apply(t *topo.Topology, f *Fit) {
 	}
 	t.Memory = f.Memory
 	t.LatencyLocal = f.LatencyLocal
-	t.Executor.PackLong, t.Executor.PackShort, t.Executor.PackStage, t.Executor.GraphCopy = f.PackLong, f.PackShort, f.PackStage, f.GraphCopy
+	t.Executor.PackLong, t.Executor.PackShort, t.Executor.PackStage = f.PackLong, f.PackShort, f.PackStage
 	if f.NVLink > 0 {
 		// Scenarios with one GPU per virtual domain model NVLink between
 		// the two GPUs as their network: both carry the pair's values.
@@ -56,13 +56,20 @@ func WritePreset(w io.Writer, name, description, base string, t *topo.Topology, 
 	fmt.Fprintf(&b, "nvlink = %s\nnic_line = %s\nnic = %s\nmemory = %s\n", q(fmtBW(t.NVLink)), q(fmtBW(t.NICLine)), q(fmtBW(t.NIC)), q(fmtBW(t.Memory)))
 	fmt.Fprintf(&b, "latency_nvlink = %s\nlatency_net = %s\nlatency_local = %s\n", q(fmtT(t.LatencyNVLink)), q(fmtT(t.LatencyNet)), q(fmtT(t.LatencyLocal)))
 	x := &t.Executor
-	fmt.Fprintf(&b, "\n[topology.executor]\npack_long = %.3f\npack_short = %.3f\npack_stage = %.3f\ngraph_copy = %.3f\n", x.PackLong, x.PackShort, x.PackStage, x.GraphCopy)
+	fmt.Fprintf(&b, "\n[topology.executor]\npack_long = %.3f\npack_short = %.3f\npack_stage = %.3f\n", x.PackLong, x.PackShort, x.PackStage)
 	for l, c := range x.Costs {
-		if c == (topo.ExecCosts{}) {
+		if c.IsZero() {
 			continue
 		}
-		fmt.Fprintf(&b, "\n[topology.executor.%s]\npair_rate = %s\nduplex_rate = %s\nxfer_latency = %s\ngroup_latency = %s\nhost_group = %s\nhost_xfer = %s\nhost_launch = %s\n",
-			key(topo.Launch(l).String()), q(fmtBW(c.PairRate)), q(fmtBW(c.DuplexRate)), q(fmtT(c.XferLatency)), q(fmtT(c.GroupLatency)), q(fmtT(c.HostGroup)), q(fmtT(c.HostXfer)), q(fmtT(c.HostLaunch)))
+		fmt.Fprintf(&b, "\n[topology.executor.%s]\npair_rate = %s\nduplex_rate = %s\nxfer_latency = %s\ngroup_latency = %s\nhost_group = %s\nhost_xfer = %s\nhost_launch = %s\nhost_event = %s\nstart_latency = %s\ndep_latency = %s\n",
+			key(topo.Launch(l).String()), q(fmtBW(c.PairRate)), q(fmtBW(c.DuplexRate)), q(fmtT(c.XferLatency)), q(fmtT(c.GroupLatency)), q(fmtT(c.HostGroup)), q(fmtT(c.HostXfer)), q(fmtT(c.HostLaunch)), q(fmtT(c.HostEvent)), q(fmtT(c.StartLatency)), q(fmtT(c.DepLatency)))
+		if len(c.Ramp) > 0 {
+			var bs, es []string
+			for _, p := range c.Ramp {
+				bs, es = append(bs, q(sizeText(p.Bytes))), append(es, q(fmtT(p.Extra)))
+			}
+			fmt.Fprintf(&b, "ramp_bytes = [%s]\nramp_extra = [%s]\n", strings.Join(bs, ", "), strings.Join(es, ", "))
+		}
 	}
 	for _, m := range ms {
 		fmt.Fprintf(&b, "\n[[measurement]]\nconstant = %s\nvalue = %s\n", q(m.Constant), q(m.Value))
@@ -77,4 +84,15 @@ func WritePreset(w io.Writer, name, description, base string, t *topo.Topology, 
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// sizeText writes a size as a preset keeps it: "8 MiB".
+func sizeText(n int64) string {
+	switch {
+	case n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d B", n)
 }

@@ -32,9 +32,12 @@ type Record struct {
 	ModeledOn  string             // what the simulation ran on: the topology's preset, or the loopback GPU
 	Bottleneck sim.ResourceStat   // the most utilized resource
 	Resources  []sim.ResourceStat // the resources summed by class (sim.ByClass)
-	Ops        int                // ops of the schedule
-	Flows      int                // flows simulated
-	Events     int64              // flow starts plus flow ends
+	// ModeledHostIssue is the host's time to issue the schedule in the
+	// executor model (topo.Executor); 0 without one.
+	ModeledHostIssue units.Time
+	Ops              int   // ops of the schedule
+	Flows            int   // flows simulated
+	Events           int64 // flow starts plus flow ends
 
 	Measured       units.Time // the scenario's reference measurement; 0 without one
 	MeasuredSource string     // where the measurement comes from
@@ -130,6 +133,11 @@ type Options struct {
 	// every rank on one GPU that copies at this rate (read+write). The SOL
 	// stays the bound on the point's cluster.
 	LoopbackMemory units.Bandwidth
+	// Machine, when set, models the schedule as run on that machine: its
+	// achievable rates, latencies and executor costs (a measured preset),
+	// on the point's shape (domains, placement). The SOL stays the
+	// point's topology's.
+	Machine *topo.Topology
 	// Progress, if set, follows the simulation (as sim.Options.Progress,
 	// which it replaces) with the schedule's SOL bound: an estimate of the
 	// makespan, for a progress bar. It changes nothing in the record.
@@ -182,8 +190,12 @@ func Schedule(s *ir.Schedule, tp *topo.Topology, opt Options) (Record, *sim.Resu
 	}
 	rec.SOL, rec.SOLTerm, rec.UniqueBytes = sol.Time, sol.Term, sol.UniqueBytes
 	mtp, sopt := tp, opt.Sim
+	if opt.Machine != nil {
+		mtp = OnMachine(tp, opt.Machine)
+		rec.ModeledOn = mtp.Preset
+	}
 	if opt.LoopbackMemory > 0 {
-		mtp = tp.Clone()
+		mtp = mtp.Clone()
 		mtp.Memory = opt.LoopbackMemory
 		sopt.Loopback = true
 		rec.ModeledOn = fmt.Sprintf("one GPU at %.0f GB/s", opt.LoopbackMemory.GBps())
@@ -199,9 +211,21 @@ func Schedule(s *ir.Schedule, tp *topo.Topology, opt Options) (Record, *sim.Resu
 		rec.ModeledOn += ", executor model " + sopt.Exec.Launch.String()
 	}
 	rec.Modeled, rec.Flows, rec.Events = res.Makespan, res.Flows, res.Events
+	rec.ModeledHostIssue = res.HostIssue
 	rec.Bottleneck = res.Bottleneck
 	rec.Resources = sim.ByClass(res.Resources)
 	return rec, res, nil
+}
+
+// OnMachine is a topology's shape with a machine's achievable rates,
+// latencies and executor costs (its line rates stay, for the bound).
+func OnMachine(tp, machine *topo.Topology) *topo.Topology {
+	c := tp.Clone()
+	c.Preset = machine.Preset
+	c.NVLink, c.NIC, c.Memory = machine.NVLink, machine.NIC, machine.Memory
+	c.LatencyNVLink, c.LatencyNet, c.LatencyLocal = machine.LatencyNVLink, machine.LatencyNet, machine.LatencyLocal
+	c.Executor = machine.Executor
+	return c
 }
 
 // FitTopology grows a topology by whole NVLink domains until it holds

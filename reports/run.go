@@ -35,6 +35,7 @@ type runRecord struct {
 	Groups       int            `json:"nccl_groups"`
 	GroupCap     int64          `json:"group_cap_bytes"`
 	HostIssue    float64        `json:"host_issue_s"`
+	ModelIssue   float64        `json:"modeled_host_issue_s"`
 	PeakDevice   int64          `json:"peak_device_bytes"`
 	Staging      int64          `json:"staging_bytes"`
 	Iterations   int            `json:"iterations"`
@@ -59,6 +60,7 @@ func runJSON(r *Row) runRecord {
 	}
 	rec.UniqueBytes, rec.Modeled, rec.ModeledOn, rec.SOL = r.UniqueBytes, r.Modeled.Seconds(), r.ModeledOn, r.SOL.Seconds()
 	rec.ModelError = r.RunError()
+	rec.ModelIssue = r.ModeledHostIssue.Seconds()
 	return rec
 }
 

@@ -22,6 +22,7 @@ type simRecord struct {
 	SOLSeconds    float64          `json:"sol_s"`
 	SOLTerm       string           `json:"sol_term"`
 	Modeled       float64          `json:"modeled_s"`
+	HostIssue     float64          `json:"modeled_host_issue_s,omitempty"` // the executor model's host issue time
 	Ratio         float64          `json:"modeled_over_sol"`
 	Bottleneck    bottleneckJSON   `json:"bottleneck"`
 	Measured      *float64         `json:"measured_s,omitempty"`
@@ -53,6 +54,7 @@ func simJSON(r *Row) simRecord {
 		SOLSeconds: r.SOL.Seconds(), SOLTerm: r.SOLTerm, Modeled: r.Modeled.Seconds(), Ratio: r.Ratio(),
 		Bottleneck: bottleneckJSON{r.Bottleneck.Name, r.Bottleneck.Class, r.Bottleneck.Utilization},
 		Ops:        r.Ops, Flows: r.Flows, Events: r.Events, TensorClasses: r.TensorClasses,
+		HostIssue: r.ModeledHostIssue.Seconds(),
 	}
 	if r.Point != nil {
 		j.Point = r.Point.Map()

@@ -180,9 +180,10 @@ type engine struct {
 	// The executor model (runProgram): per op, when the host has issued
 	// it, its start latency (negative: its path class's) and its memory
 	// coefficient (0: 2, a copy's read and write); nil otherwise.
-	rel  []units.Time
-	lat1 []units.Time
-	coef []float64
+	rel   []units.Time
+	lat1  []units.Time
+	coef  []float64
+	capOp []float64 // a rate cap in bytes/ps (0: the class's)
 }
 
 // flowRec is one flow. It holds no pointers, so millions of them cost the
@@ -511,7 +512,11 @@ func (e *engine) startFlow(id int32) {
 		return
 	}
 	res, coef := f.path()
-	f.fluidID = e.fluid.add(res, coef, e.capRt[f.class])
+	limit := e.capRt[f.class]
+	if e.capOp != nil && e.capOp[f.ops[0]] > 0 {
+		limit = e.capOp[f.ops[0]]
+	}
+	f.fluidID = e.fluid.add(res, coef, limit)
 	for int(f.fluidID) >= len(e.byFluid) {
 		e.byFluid = append(e.byFluid, -1)
 	}

@@ -45,6 +45,7 @@ type modeled struct {
 	rel  []units.Time
 	lat  []units.Time
 	coef []float64
+	rate []float64 // per op, a rate cap in bytes/ps; 0 for none
 	// of maps each op of the original schedule to its op here.
 	of []int32
 	// groups is the NCCL groups the program issues (0 with copies).
@@ -61,7 +62,7 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 	x := &tp.Executor
 	costs := x.Costs[ex.Launch]
 	if ex.Graph {
-		costs.HostGroup, costs.HostXfer, costs.HostLaunch = 0, 0, 0
+		costs.HostGroup, costs.HostXfer, costs.HostLaunch, costs.HostEvent = 0, 0, 0, 0
 	}
 	copyT := ex.Transport == "copy" || ex.Transport == "" && opt.Loopback
 	if ex.Transport != "" && ex.Transport != "copy" && ex.Transport != "nccl" {
@@ -103,14 +104,40 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 		return 0
 	}
 	clock := map[int]units.Time{}
+	// Each iteration begins with an event the process records and every
+	// device and stream of it waits for; it ends with an event per stream
+	// that the first one waits for (native's iteration).
+	ev := costs.HostEvent
+	streamsOf := map[int]int{}
+	devsOf := map[int]map[int]bool{}
+	for _, k := range p.Streams {
+		streamsOf[proc(k.Dev)]++
+		if devsOf[proc(k.Dev)] == nil {
+			devsOf[proc(k.Dev)] = map[int]bool{}
+		}
+		devsOf[proc(k.Dev)][k.Dev] = true
+	}
+	for pr, n := range streamsOf {
+		clock[pr] = units.Time(1+len(devsOf[pr])+n) * ev
+	}
+	records := func(rec int32, more []int32) units.Time {
+		n := units.Time(len(more))
+		if rec >= 0 {
+			n++
+		}
+		return n * ev
+	}
 	last := map[int]int32{}    // stream -> its last op (local ops and copies)
 	barrier := map[int]int32{} // NCCL stream -> the barrier after its last group
 	var members []int32        // ops of the open group
 	onStream := map[int][]int32{}
 	lastOfPair := map[[2]int32]int32{} // in the open group: a pair's last send
+	pending := map[int]units.Time{}    // in the open group: each process's events to record at its end
+	started := map[int]bool{}          // NCCL streams that have run a transfer
 	add := func(op ir.Op, rel, lat units.Time, coef float64, deps []int32) int32 {
 		id := m.s.AddOp(op, dedupeDeps(deps)...)
 		m.rel, m.lat, m.coef = append(m.rel, rel), append(m.lat, lat), append(m.coef, coef)
+		m.rate = append(m.rate, 0)
 		return id
 	}
 	// deps maps the dependencies of original ops to ops here.
@@ -126,9 +153,6 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 		return out
 	}
 	copyCoef := 2.0
-	if ex.Graph && x.GraphCopy > 0 {
-		copyCoef = 2 / x.GraphCopy
-	}
 	packRate := func(c program.BoxClass) float64 {
 		if c == program.Contiguous {
 			return copyCoef
@@ -145,12 +169,17 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 		case program.Local:
 			op := s.Ops[st.Op]
 			d := dev(op.Rank)
-			clock[proc(d)] += costs.HostLaunch
+			clock[proc(d)] += units.Time(len(st.Waits))*ev + costs.HostLaunch
 			ds := deps(st.Op)
 			if l, ok := last[st.Stream]; ok {
 				ds = append(ds, l)
 			}
-			id := add(op, clock[proc(d)], tp.LatencyLocal, packRate(program.ClassOf(s, &op)), ds)
+			lw := tp.LatencyLocal
+			if len(st.Waits) > 0 {
+				lw += costs.DepLatency
+			}
+			id := add(op, clock[proc(d)], lw, packRate(program.ClassOf(s, &op)), ds)
+			clock[proc(d)] += records(st.Record, nil)
 			m.of[st.Op] = id
 			last[st.Stream] = id
 		case program.Xfer:
@@ -169,16 +198,22 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 			if po.Mode == program.Streams {
 				// One device copy on the stream, issued by the receiver's
 				// process.
-				clock[proc(rd)] += costs.HostLaunch
+				clock[proc(rd)] += units.Time(len(st.Waits))*ev + costs.HostLaunch
 				rel = clock[proc(rd)]
+				clock[proc(rd)] += records(st.Record, st.More)
 				sdeps = append(deps(ends...), deps(rends...)...)
 				if l, ok := last[st.Stream]; ok {
 					sdeps = append(sdeps, l)
 				}
 				lat = -1 // the path class's latency
+				if len(st.Waits) > 0 {
+					lat = m.classLat(tp, sd, rd, opt) + costs.DepLatency
+				}
 			} else {
-				clock[proc(sd)] += costs.HostXfer
-				clock[proc(rd)] += costs.HostXfer
+				clock[proc(sd)] += units.Time(len(st.Waits))*ev + costs.HostXfer
+				clock[proc(rd)] += units.Time(len(st.RWaits))*ev + costs.HostXfer
+				pending[proc(sd)] += records(st.Record, st.More)
+				pending[proc(rd)] += records(st.RRecord, st.RMore)
 				sdeps, rdeps = deps(ends...), deps(rends...)
 				// NCCL runs a group's calls to one peer in order.
 				pair := [2]int32{snd.Rank, snd.Peer}
@@ -192,7 +227,16 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 				if b, ok := barrier[st.RStream]; ok {
 					rdeps = append(rdeps, b)
 				}
-				lat = costs.XferLatency
+				// Its fixed cost by size, and the stream's start once per
+				// iteration.
+				lat = costs.XferLatency + costs.RampAt(st.Bytes)
+				if len(st.Waits)+len(st.RWaits) > 0 {
+					lat += costs.DepLatency
+				}
+				if !started[st.Stream] || !started[st.RStream] {
+					lat += costs.StartLatency
+					started[st.Stream], started[st.RStream] = true, true
+				}
 			}
 			si := add(snd, rel, lat, copyCoef, sdeps)
 			ri := add(rcv, rel, lat, 0, rdeps)
@@ -229,6 +273,11 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 			for _, id := range members {
 				m.rel[id] = clock[proc(dev(m.s.Ops[id].Rank))]
 			}
+			// The group's events are recorded once it is launched.
+			for pr, t := range pending {
+				clock[pr] += t
+			}
+			clear(pending)
 			// The next group on a stream starts after this one's kernel
 			// ends there: a barrier per stream, after every transfer of the
 			// group on it and the kernel's own cost.
@@ -239,8 +288,8 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 			}
 		}
 	}
-	for _, c := range clock {
-		m.hostIssue = max(m.hostIssue, c)
+	for pr, c := range clock {
+		m.hostIssue = max(m.hostIssue, c+units.Time(2*streamsOf[pr])*ev)
 	}
 	return m, nil
 }
@@ -295,7 +344,7 @@ func runProgram(s *ir.Schedule, tp *topo.Topology, opt Options) (*Result, error)
 	if err != nil {
 		return nil, err
 	}
-	e.rel, e.lat1, e.coef = m.rel, m.lat, m.coef
+	e.rel, e.lat1, e.coef, e.capOp = m.rel, m.lat, m.coef, m.rate
 	r, err := e.run()
 	if err != nil {
 		return nil, err
@@ -311,4 +360,16 @@ func runProgram(s *ir.Schedule, tp *topo.Topology, opt Options) (*Result, error)
 	}
 	r.Groups, r.HostIssue = m.groups, m.hostIssue
 	return r, nil
+}
+
+// classLat is the start latency of a device copy between two GPUs' ranks
+// (the engine's path classes).
+func (m *modeled) classLat(tp *topo.Topology, sd, rd int, opt Options) units.Time {
+	switch {
+	case opt.Loopback || sd == rd:
+		return tp.LatencyLocal
+	case sd/tp.GPUsPerDomain == rd/tp.GPUsPerDomain:
+		return tp.LatencyNVLink
+	}
+	return tp.LatencyNet
 }

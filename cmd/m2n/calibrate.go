@@ -54,7 +54,7 @@ Run it once in one process, then under torchrun (one process per GPU) with
 	if err != nil {
 		return err
 	}
-	in := calibrate.Input{Launch: topo.OneProcess, GPUsPerProcess: min(len(devs), 2), Samples: map[string]calibrate.Sample{}, Boxes: map[program.BoxClass]calibrate.BoxSample{}}
+	in := calibrate.Input{Launch: topo.OneProcess, GPUsPerProcess: min(len(devs), 2), Samples: map[string]calibrate.Sample{}, Counts: map[string]calibrate.Counts{}, Boxes: map[program.BoxClass]calibrate.BoxSample{}}
 	gpus, dev := len(devs), 0
 	if launch != nil {
 		in.Launch, in.GPUsPerProcess, gpus, dev = topo.PerGPU, 1, launch.World, launch.LocalRank
@@ -95,6 +95,9 @@ Run it once in one process, then under torchrun (one process per GPU) with
 		}
 		s := calibrate.Sample{Times: slices.Sorted(slices.Values(res.Times)), HostIssue: res.HostIssue, Groups: res.Waves}
 		in.Samples[b.Name] = s
+		if in.Counts[b.Name], err = calibrate.HostCounts(&b, in.Launch); err != nil {
+			return fmt.Errorf("bench %s: %w", b.Name, err)
+		}
 		fmt.Fprintf(tw, "%s\t%v\t%v .. %v\t%v\t%d\t%s\n", b.Name, s.Median(), s.Times[0], s.Times[len(s.Times)-1], s.HostIssue, s.Groups, b.What)
 	}
 	for _, c := range calibrate.BoxCases() {

@@ -154,14 +154,7 @@ process per GPU under torchrun, srun or mpirun.`)
 	}
 	// The run happens on this machine: its measured rates, latencies and
 	// executor costs, on the scenario's shape (domains, placement).
-	withExecutor := func(tp *topo.Topology) *topo.Topology {
-		c := tp.Clone()
-		c.Preset = measured.Preset
-		c.NVLink, c.NIC, c.Memory = measured.NVLink, measured.NIC, measured.Memory
-		c.LatencyNVLink, c.LatencyNet, c.LatencyLocal = measured.LatencyNVLink, measured.LatencyNet, measured.LatencyLocal
-		c.Executor = measured.Executor
-		return c
-	}
+	eopt.Machine = measured
 	// Loopback predictions run every rank on the one GPU: measure its
 	// memory bandwidth once and simulate with it.
 	if *backend == native.Loopback {
@@ -194,7 +187,7 @@ process per GPU under torchrun, srun or mpirun.`)
 			res = nil // a run that failed measured nothing
 		} else {
 			var model evaluate.Record // the GPU ran: model the same schedule
-			if model, _, err = evaluate.Schedule(s, withExecutor(tp), eopt); err != nil {
+			if model, _, err = evaluate.Schedule(s, tp, eopt); err != nil {
 				err = fmt.Errorf("modeling the run: %w", err)
 			} else {
 				model.Point = j.point

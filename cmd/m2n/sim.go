@@ -28,6 +28,10 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 	flowsOut := fs.String("flows", "", "write the simulated flows as JSON to this file (needs one route and one point)")
 	irIn := fs.String("ir", "", "simulate this schedule IR file instead of a scenario")
 	topoName := fs.String("topology", "", "with --ir: the topology preset ("+strings.Join(scenario.PresetNames(), ", ")+")")
+	modelName := fs.String("model", "", "model each route as m2n's GPU executor runs it on a measured machine: a measured preset's name or file (docs/calibration.md)")
+	launch := fs.String("launch", "one-process", "with --model: one-process, or per-gpu (one process per GPU under a launcher)")
+	transport := fs.String("transport", "", "with --model: nccl (the default between GPUs) or copy (device copies; the default with --loopback)")
+	loopback := fs.Bool("loopback", false, "with --model: every rank on one GPU of the machine, as `m2n run --backend loopback` runs it")
 	var sel selection
 	sel.register(fs)
 	pos, err := fs.parse(args)
@@ -39,6 +43,28 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 		return err
 	}
 	opt := sim.Options{Ideal: *ideal, Timeline: *trace != ""}
+	var machine *topo.Topology
+	if *modelName != "" {
+		if machine, err = loadPreset(*modelName); err != nil {
+			return fmt.Errorf("--model: %w", err)
+		}
+		switch *launch {
+		case "one-process":
+		case "per-gpu":
+			opt.Exec.Launch = topo.PerGPU
+		default:
+			return usagef("--launch %q: want one-process or per-gpu", *launch)
+		}
+		if *transport != "" && *transport != "nccl" && *transport != "copy" {
+			return usagef("--transport %q: want nccl or copy", *transport)
+		}
+		opt.Exec.Transport, opt.Loopback = *transport, *loopback
+		// The copy transport replays each iteration as a CUDA graph, as
+		// m2n run does by default.
+		opt.Exec.Graph = *transport == "copy" || *transport == "" && *loopback
+	} else if *loopback || *transport != "" || *launch != "one-process" {
+		return usagef("--launch, --transport and --loopback model the executor: they need --model")
+	}
 	var scName, tpName string
 	var jobs []simJob
 	if *irIn != "" {
@@ -60,6 +86,9 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 		if jobs, tpName, err = simJobs(sc, points, &sel); err != nil {
 			return err
 		}
+	}
+	for i := range jobs {
+		jobs[i].machine = machine
 	}
 	if (*trace != "" || *flowsOut != "") && len(jobs) != 1 {
 		return usagef("--trace and --flows write one simulation, but %d would run; pick one with --route and --point", len(jobs))
@@ -109,6 +138,19 @@ type simJob struct {
 	// from an IR file
 	sched *ir.Schedule
 	tp    *topo.Topology
+	// machine, when set, models the run on a measured machine
+	// (evaluate.Options.Machine); in loopback, on one of its GPUs.
+	machine *topo.Topology
+}
+
+// evalOptions are the evaluation options of the job.
+func (j simJob) evalOptions(opt sim.Options, t task) evaluate.Options {
+	eo := evaluate.Options{Sim: opt, References: j.refs, Progress: t.sim, Machine: j.machine}
+	if j.machine != nil && opt.Loopback {
+		eo.LoopbackMemory = j.machine.Memory
+		eo.Sim.Loopback = false // LoopbackMemory sets it
+	}
+	return eo
 }
 
 // simJobs is every selected route at every point, and the topology preset
@@ -164,7 +206,7 @@ func (j simJob) label() string {
 // run evaluates the job; its simulation moves t along.
 func (j simJob) run(sel *selection, opt sim.Options, t task) (evaluate.Record, *ir.Schedule, *sim.Result, error) {
 	if j.point == nil {
-		rec, res, err := evaluate.Schedule(j.sched, j.tp, evaluate.Options{Sim: opt, Progress: t.sim})
+		rec, res, err := evaluate.Schedule(j.sched, j.tp, j.evalOptions(opt, t))
 		if err != nil {
 			return rec, nil, nil, fmt.Errorf("route %s: %w", j.route, err)
 		}
@@ -174,5 +216,5 @@ func (j simJob) run(sel *selection, opt sim.Options, t task) (evaluate.Record, *
 	if err != nil {
 		return evaluate.Record{}, nil, nil, err
 	}
-	return evaluate.Point(j.point, popt, evaluate.Options{Sim: opt, References: j.refs, Progress: t.sim})
+	return evaluate.Point(j.point, popt, j.evalOptions(opt, t))
 }

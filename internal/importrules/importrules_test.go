@@ -22,7 +22,7 @@ type pkg struct {
 
 // pure lists the packages that must build without cgo and never reach
 // native: a path, or a prefix ending in "/...".
-var pure = []string{"model/...", "plan", "plan/...", "sim", "evaluate", "reports"}
+var pure = []string{"model/...", "plan", "plan/...", "sim", "evaluate", "reports", "calibrate"}
 
 func rel(path string) string { return strings.TrimPrefix(strings.TrimPrefix(path, module), "/") }
 

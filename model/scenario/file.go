@@ -54,7 +54,6 @@ type ExecutorSpec struct {
 	PackLong   *float64       `toml:"pack_long"`
 	PackShort  *float64       `toml:"pack_short"`
 	PackStage  *float64       `toml:"pack_stage"`
-	GraphCopy  *float64       `toml:"graph_copy"`
 	OneProcess *ExecCostsSpec `toml:"one_process"`
 	PerGPU     *ExecCostsSpec `toml:"per_gpu"`
 }
@@ -68,6 +67,11 @@ type ExecCostsSpec struct {
 	HostGroup    *units.Time      `toml:"host_group"`
 	HostXfer     *units.Time      `toml:"host_xfer"`
 	HostLaunch   *units.Time      `toml:"host_launch"`
+	HostEvent    *units.Time      `toml:"host_event"`
+	StartLatency *units.Time      `toml:"start_latency"`
+	DepLatency   *units.Time      `toml:"dep_latency"`
+	RampBytes    []string         `toml:"ramp_bytes"`
+	RampExtra    []string         `toml:"ramp_extra"`
 }
 
 // PlacementSpec places ranks on GPUs explicitly: rank Ranks[i] runs on GPU

@@ -611,7 +611,6 @@ func applyTopology(t *topo.Topology, ts TopologySpec) error {
 		setF(&x.PackLong, e.PackLong)
 		setF(&x.PackShort, e.PackShort)
 		setF(&x.PackStage, e.PackStage)
-		setF(&x.GraphCopy, e.GraphCopy)
 		for l, c := range []*ExecCostsSpec{topo.OneProcess: e.OneProcess, topo.PerGPU: e.PerGPU} {
 			if c == nil {
 				continue
@@ -624,6 +623,26 @@ func applyTopology(t *topo.Topology, ts TopologySpec) error {
 			setT(&xc.HostGroup, c.HostGroup)
 			setT(&xc.HostXfer, c.HostXfer)
 			setT(&xc.HostLaunch, c.HostLaunch)
+			setT(&xc.HostEvent, c.HostEvent)
+			setT(&xc.StartLatency, c.StartLatency)
+			setT(&xc.DepLatency, c.DepLatency)
+			if len(c.RampBytes) != len(c.RampExtra) {
+				return fmt.Errorf("executor.%s: %d ramp_bytes but %d ramp_extra; give one time per size", topo.Launch(l), len(c.RampBytes), len(c.RampExtra))
+			}
+			if c.RampBytes != nil {
+				xc.Ramp = nil
+				for k := range c.RampBytes {
+					b, err := units.ParseBytes(c.RampBytes[k])
+					if err != nil {
+						return fmt.Errorf("executor.%s.ramp_bytes[%d]: %w", topo.Launch(l), k, err)
+					}
+					t, err := units.ParseTime(c.RampExtra[k])
+					if err != nil {
+						return fmt.Errorf("executor.%s.ramp_extra[%d]: %w", topo.Launch(l), k, err)
+					}
+					xc.Ramp = append(xc.Ramp, topo.RampPoint{Bytes: int64(b), Extra: t})
+				}
+			}
 		}
 	}
 	return nil

@@ -13,6 +13,7 @@ package topo
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -196,10 +197,10 @@ func (t *Topology) Describe() string {
 	fmt.Fprintf(&b, "fabric: %s\n", over)
 	fmt.Fprintf(&b, "op start latency: NVLink %v, network %v, local %v\n", t.LatencyNVLink, t.LatencyNet, t.LatencyLocal)
 	if e := &t.Executor; !e.IsZero() {
-		fmt.Fprintf(&b, "executor: pack/unpack at %.2f/%.2f/%.2f of memory (long/short/staged rows), copies in a graph at %.2f\n", e.PackLong, e.PackShort, e.PackStage, e.GraphCopy)
+		fmt.Fprintf(&b, "executor: pack/unpack at %.2f/%.2f/%.2f of memory (long/short/staged rows)\n", e.PackLong, e.PackShort, e.PackStage)
 		for l, c := range e.Costs {
-			fmt.Fprintf(&b, "executor, %s: pair %v, duplex %v, send/recv %v, group %v; host: group %v, send/recv %v, launch %v\n",
-				Launch(l), c.PairRate, c.DuplexRate, c.XferLatency, c.GroupLatency, c.HostGroup, c.HostXfer, c.HostLaunch)
+			fmt.Fprintf(&b, "executor, %s: pair %v, duplex %v, send/recv %v (+ ramp %v), group %v, start %v, dependency %v; host: group %v, send/recv %v, launch %v, event %v\n",
+				Launch(l), c.PairRate, c.DuplexRate, c.XferLatency, c.Ramp, c.GroupLatency, c.StartLatency, c.DepLatency, c.HostGroup, c.HostXfer, c.HostLaunch, c.HostEvent)
 		}
 	}
 	return b.String()
@@ -244,9 +245,6 @@ type Executor struct {
 	// (at least 4 KiB), short aligned runs, and rows off 16-byte alignment
 	// (staged).
 	PackLong, PackShort, PackStage float64
-	// GraphCopy is the rate of a contiguous device copy replayed in a CUDA
-	// graph as a fraction of Memory (0: 1).
-	GraphCopy float64
 	// Costs by launch mode, indexed by Launch.
 	Costs [2]ExecCosts
 }
@@ -262,17 +260,70 @@ type ExecCosts struct {
 	// XferLatency is the device time of one NCCL send/recv before its
 	// bytes flow (per merged transfer).
 	XferLatency units.Time
+	// DepLatency is the device time a dependency across streams adds to
+	// the op that waits (an event wait, or an edge between a CUDA graph's
+	// branches).
+	DepLatency units.Time
+	// StartLatency is the device time the first NCCL transfer on a stream
+	// pays once per iteration, before the steady state of a stream of
+	// groups.
+	StartLatency units.Time
+	// Ramp is the extra device time of one NCCL send/recv by its size,
+	// beyond XferLatency: points ascending in bytes, interpolated
+	// linearly in log2(bytes) and held constant beyond the first and last
+	// (NCCL's point-to-point efficiency by message size).
+	Ramp []RampPoint
 	// GroupLatency is the device time an NCCL group's kernel costs beyond
 	// its transfers, per device: a later group on the same stream starts
 	// that much after the group's last transfer ends.
 	GroupLatency units.Time
 	// Host time to issue: one NCCL group (per GPU it spans), one NCCL send
-	// or recv call, and one kernel or copy launch with its event waits.
-	HostGroup, HostXfer, HostLaunch units.Time
+	// or recv call, one kernel or copy launch, and one event record or
+	// stream wait (dependencies across streams).
+	HostGroup, HostXfer, HostLaunch, HostEvent units.Time
 }
 
 // IsZero reports whether no executor constant is set.
-func (e *Executor) IsZero() bool { return *e == Executor{} }
+func (e *Executor) IsZero() bool {
+	for _, c := range e.Costs {
+		if !c.IsZero() {
+			return false
+		}
+	}
+	return e.PackLong == 0 && e.PackShort == 0 && e.PackStage == 0
+}
+
+// IsZero reports whether no cost of the launch mode is set.
+func (c *ExecCosts) IsZero() bool {
+	return len(c.Ramp) == 0 && c.PairRate == 0 && c.DuplexRate == 0 && c.XferLatency == 0 && c.StartLatency == 0 && c.DepLatency == 0 &&
+		c.GroupLatency == 0 && c.HostGroup == 0 && c.HostXfer == 0 && c.HostLaunch == 0 && c.HostEvent == 0
+}
+
+// RampPoint is the extra time of a send/recv of Bytes.
+type RampPoint struct {
+	Bytes int64
+	Extra units.Time
+}
+
+// RampAt is the ramp's extra time for a send/recv of n bytes.
+func (c *ExecCosts) RampAt(n int64) units.Time {
+	r := c.Ramp
+	switch {
+	case len(r) == 0:
+		return 0
+	case n <= r[0].Bytes:
+		return r[0].Extra
+	case n >= r[len(r)-1].Bytes:
+		return r[len(r)-1].Extra
+	}
+	k := 1
+	for r[k].Bytes < n {
+		k++
+	}
+	a, b := r[k-1], r[k]
+	f := (math.Log2(float64(n)) - math.Log2(float64(a.Bytes))) / (math.Log2(float64(b.Bytes)) - math.Log2(float64(a.Bytes)))
+	return a.Extra + units.Time(math.Round(f*float64(b.Extra-a.Extra)))
+}
 
 // validate reports negative or out-of-range constants.
 func (e *Executor) validate() []error {
@@ -280,7 +331,7 @@ func (e *Executor) validate() []error {
 	for _, f := range []struct {
 		name string
 		v    float64
-	}{{"executor.pack_long", e.PackLong}, {"executor.pack_short", e.PackShort}, {"executor.pack_stage", e.PackStage}, {"executor.graph_copy", e.GraphCopy}} {
+	}{{"executor.pack_long", e.PackLong}, {"executor.pack_short", e.PackShort}, {"executor.pack_stage", e.PackStage}} {
 		if f.v < 0 || f.v > 1 {
 			errs = append(errs, fmt.Errorf("%s = %g: must be a fraction of memory bandwidth, in [0, 1] (0: 1)", f.name, f.v))
 		}
@@ -293,9 +344,14 @@ func (e *Executor) validate() []error {
 		for _, t := range []struct {
 			name string
 			v    units.Time
-		}{{"xfer_latency", c.XferLatency}, {"group_latency", c.GroupLatency}, {"host_group", c.HostGroup}, {"host_xfer", c.HostXfer}, {"host_launch", c.HostLaunch}} {
+		}{{"xfer_latency", c.XferLatency}, {"group_latency", c.GroupLatency}, {"host_group", c.HostGroup}, {"host_xfer", c.HostXfer}, {"host_launch", c.HostLaunch}, {"host_event", c.HostEvent}, {"start_latency", c.StartLatency}, {"dep_latency", c.DepLatency}} {
 			if t.v < 0 {
 				errs = append(errs, fmt.Errorf("%s%s = %v: must not be negative", name, t.name, t.v))
+			}
+		}
+		for k, p := range c.Ramp {
+			if p.Bytes <= 0 || k > 0 && p.Bytes <= c.Ramp[k-1].Bytes {
+				errs = append(errs, fmt.Errorf("%sramp_bytes[%d] = %d: must be positive and ascending", name, k, p.Bytes))
 			}
 		}
 	}
