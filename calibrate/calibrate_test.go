@@ -21,10 +21,10 @@ func truth() *topo.Topology {
 	t.Executor = topo.Executor{PackLong: 0.88, PackShort: 0.8, PackStage: 0.65}
 	t.Executor.Costs[topo.OneProcess] = topo.ExecCosts{PairRate: units.GBps(365), DuplexRate: units.GBps(610), XferLatency: 6 * units.Microsecond,
 		GroupLatency: 4 * units.Microsecond, HostGroup: 5 * units.Microsecond, HostXfer: 2 * units.Microsecond, HostLaunch: 3 * units.Microsecond, HostEvent: 900 * units.Nanosecond,
-		StartLatency: 20 * units.Microsecond, DepLatency: 2 * units.Microsecond, Ramp: []topo.RampPoint{{8 << 20, 0}, {32 << 20, 9 * units.Microsecond}, {64 << 20, 25 * units.Microsecond}}}
+		StartLatency: 20 * units.Microsecond, DepLatency: 2 * units.Microsecond, Ramp: []topo.RampPoint{{Bytes: 8 << 20}, {Bytes: 32 << 20, Extra: 9 * units.Microsecond}, {Bytes: 64 << 20, Extra: 25 * units.Microsecond}}}
 	t.Executor.Costs[topo.PerGPU] = topo.ExecCosts{PairRate: units.GBps(360), DuplexRate: units.GBps(640), XferLatency: 9 * units.Microsecond,
 		GroupLatency: 7 * units.Microsecond, HostGroup: 8 * units.Microsecond, HostXfer: 1 * units.Microsecond, HostLaunch: 4 * units.Microsecond, HostEvent: 1200 * units.Nanosecond,
-		StartLatency: 30 * units.Microsecond, DepLatency: 3 * units.Microsecond, Ramp: []topo.RampPoint{{8 << 20, 0}, {32 << 20, 15 * units.Microsecond}, {64 << 20, 20 * units.Microsecond}}}
+		StartLatency: 30 * units.Microsecond, DepLatency: 3 * units.Microsecond, Ramp: []topo.RampPoint{{Bytes: 8 << 20}, {Bytes: 32 << 20, Extra: 15 * units.Microsecond}, {Bytes: 64 << 20, Extra: 20 * units.Microsecond}}}
 	return t
 }
 
