@@ -152,7 +152,7 @@ func Benches(gpus int) ([]Bench, error) {
 	out = append(out, Bench{Name: "events", Schedule: s, GPUs: 1, Transport: "copy", Count: 1,
 		What: "packs, copies and unpacks on their streams, each waiting for the last: the host's cost of an event"})
 	out = append(out, Bench{Name: "events-graph", Schedule: s, GPUs: 1, Transport: "copy", Graph: true, Count: 1,
-		What: "the same as a CUDA graph: the device's cost of a dependency across streams"})
+		What: "the same as a CUDA graph: a pack or unpack kernel's start"})
 	if gpus < 2 {
 		return out, nil
 	}

@@ -21,10 +21,10 @@ func truth() *topo.Topology {
 	t.Executor = topo.Executor{PackLong: 0.88, PackShort: 0.8, PackStage: 0.65}
 	t.Executor.Costs[topo.OneProcess] = topo.ExecCosts{PairRate: units.GBps(365), DuplexRate: units.GBps(610), XferLatency: 6 * units.Microsecond,
 		GroupLatency: 4 * units.Microsecond, HostGroup: 5 * units.Microsecond, HostXfer: 2 * units.Microsecond, HostLaunch: 3 * units.Microsecond, HostEvent: 900 * units.Nanosecond,
-		StartLatency: 20 * units.Microsecond, DepLatency: 2 * units.Microsecond, Ramp: []topo.RampPoint{{Bytes: 8 << 20}, {Bytes: 32 << 20, Extra: 9 * units.Microsecond}, {Bytes: 64 << 20, Extra: 25 * units.Microsecond}}}
+		StartLatency: 20 * units.Microsecond, BoxLatency: 2 * units.Microsecond, Ramp: []topo.RampPoint{{Bytes: 8 << 20}, {Bytes: 32 << 20, Extra: 9 * units.Microsecond}, {Bytes: 64 << 20, Extra: 25 * units.Microsecond}}}
 	t.Executor.Costs[topo.PerGPU] = topo.ExecCosts{PairRate: units.GBps(360), DuplexRate: units.GBps(640), XferLatency: 9 * units.Microsecond,
 		GroupLatency: 7 * units.Microsecond, HostGroup: 8 * units.Microsecond, HostXfer: 1 * units.Microsecond, HostLaunch: 4 * units.Microsecond, HostEvent: 1200 * units.Nanosecond,
-		StartLatency: 30 * units.Microsecond, DepLatency: 3 * units.Microsecond, Ramp: []topo.RampPoint{{Bytes: 8 << 20}, {Bytes: 32 << 20, Extra: 15 * units.Microsecond}, {Bytes: 64 << 20, Extra: 20 * units.Microsecond}}}
+		StartLatency: 30 * units.Microsecond, BoxLatency: 3 * units.Microsecond, Ramp: []topo.RampPoint{{Bytes: 8 << 20}, {Bytes: 32 << 20, Extra: 15 * units.Microsecond}, {Bytes: 64 << 20, Extra: 20 * units.Microsecond}}}
 	return t
 }
 
@@ -99,7 +99,7 @@ func TestFitRecoversTheModel(t *testing.T) {
 		near("xfer_latency", float64(f.Costs.XferLatency), float64(want.XferLatency), 0.05)
 		near("group_latency", float64(f.Costs.GroupLatency), float64(want.GroupLatency), 0.05)
 		near("start_latency", float64(f.Costs.StartLatency), float64(want.StartLatency), 0.05)
-		near("dep_latency", float64(f.Costs.DepLatency), float64(want.DepLatency), 0.02)
+		near("box_latency", float64(f.Costs.BoxLatency), float64(want.BoxLatency), 0.02)
 		if len(f.Costs.Ramp) != len(want.Ramp) {
 			t.Fatalf("%v: ramp %v, want %v", launch, f.Costs.Ramp, want.Ramp)
 		}

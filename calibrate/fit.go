@@ -139,16 +139,17 @@ func Fitting(in Input) (*Fit, error) {
 			Fit:     fmt.Sprintf("2 x the box's bytes / mean of median pack and unpack / memory, box %v of %v (%s; a device copy of its bytes: %v)", c.Size, c.Full, b.Kernel, median(b.Copy)),
 			Command: in.Command, Date: in.Date, Machine: in.Machine})
 	}
-	// A dependency across streams: the latency that makes the simulated
-	// graph of the events bench take its measured time.
+	// A box-copy kernel's start latency: the one that makes the simulated
+	// graph of the events bench (packs, copies and unpacks) take its
+	// measured time.
 	eg, err := get("events-graph")
 	if err != nil {
 		return nil, err
 	}
-	if f.Costs.DepLatency, err = f.fitDepLatency(in, median(eg.Times)); err != nil {
+	if f.Costs.BoxLatency, err = f.fitBoxLatency(in, median(eg.Times)); err != nil {
 		return nil, err
 	}
-	note("executor."+key(mode)+".dep_latency", fmtT(f.Costs.DepLatency), "the events bench as a CUDA graph, simulated with the constants above: the latency that gives its median", eg, "", "")
+	note("executor."+key(mode)+".box_latency", fmtT(f.Costs.BoxLatency), "the events bench as a CUDA graph, simulated with the constants above: the pack/unpack latency that gives its median", eg, "", "")
 	if _, ok := in.Samples["pair-"+sizeName(PairSizes[0])]; !ok {
 		return f, nil // one GPU: no NCCL constants
 	}
@@ -314,10 +315,10 @@ func fmtT(t units.Time) string { return fmt.Sprintf("%.2f us", math.Round(float6
 
 func fmtBW(b units.Bandwidth) string { return fmt.Sprintf("%.1f GB/s", math.Round(b.GBps()*10)/10) }
 
-// fitDepLatency finds, by bisection, the dependency latency at which the
+// fitBoxLatency finds, by bisection, the box-kernel latency at which the
 // simulated events bench (as a CUDA graph, on the constants fitted so far)
 // takes the measured time; the simulated time does not fall as it grows.
-func (f *Fit) fitDepLatency(in Input, measured units.Time) (units.Time, error) {
+func (f *Fit) fitBoxLatency(in Input, measured units.Time) (units.Time, error) {
 	bs, err := Benches(1)
 	if err != nil {
 		return 0, err
@@ -332,7 +333,7 @@ func (f *Fit) fitDepLatency(in Input, measured units.Time) (units.Time, error) {
 	tp.Memory, tp.LatencyLocal = f.Memory, f.LatencyLocal
 	tp.Executor.PackLong, tp.Executor.PackShort, tp.Executor.PackStage = f.PackLong, f.PackShort, f.PackStage
 	at := func(d units.Time) (units.Time, error) {
-		tp.Executor.Costs[in.Launch] = topo.ExecCosts{DepLatency: d, HostEvent: 1} // any cost: the model on
+		tp.Executor.Costs[in.Launch] = topo.ExecCosts{BoxLatency: d, HostEvent: 1} // any cost: the model on
 		r, err := sim.Run(b.Schedule, tp, sim.Options{Loopback: true, Exec: sim.Exec{Launch: in.Launch, Transport: "copy", Graph: true}})
 		if err != nil {
 			return 0, err

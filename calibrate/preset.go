@@ -61,8 +61,8 @@ func WritePreset(w io.Writer, name, description, base string, t *topo.Topology, 
 		if c.IsZero() {
 			continue
 		}
-		fmt.Fprintf(&b, "\n[topology.executor.%s]\npair_rate = %s\nduplex_rate = %s\nxfer_latency = %s\ngroup_latency = %s\nhost_group = %s\nhost_xfer = %s\nhost_launch = %s\nhost_event = %s\nstart_latency = %s\ndep_latency = %s\n",
-			key(topo.Launch(l).String()), q(fmtBW(c.PairRate)), q(fmtBW(c.DuplexRate)), q(fmtT(c.XferLatency)), q(fmtT(c.GroupLatency)), q(fmtT(c.HostGroup)), q(fmtT(c.HostXfer)), q(fmtT(c.HostLaunch)), q(fmtT(c.HostEvent)), q(fmtT(c.StartLatency)), q(fmtT(c.DepLatency)))
+		fmt.Fprintf(&b, "\n[topology.executor.%s]\npair_rate = %s\nduplex_rate = %s\nxfer_latency = %s\ngroup_latency = %s\nhost_group = %s\nhost_xfer = %s\nhost_launch = %s\nhost_event = %s\nstart_latency = %s\nbox_latency = %s\n",
+			key(topo.Launch(l).String()), q(fmtBW(c.PairRate)), q(fmtBW(c.DuplexRate)), q(fmtT(c.XferLatency)), q(fmtT(c.GroupLatency)), q(fmtT(c.HostGroup)), q(fmtT(c.HostXfer)), q(fmtT(c.HostLaunch)), q(fmtT(c.HostEvent)), q(fmtT(c.StartLatency)), q(fmtT(c.BoxLatency)))
 		if len(c.Ramp) > 0 {
 			var bs, es []string
 			for _, p := range c.Ramp {

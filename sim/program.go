@@ -175,8 +175,8 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 				ds = append(ds, l)
 			}
 			lw := tp.LatencyLocal
-			if len(st.Waits) > 0 {
-				lw += costs.DepLatency
+			if op.Src.IsBox() || op.Dst.IsBox() {
+				lw += costs.BoxLatency
 			}
 			id := add(op, clock[proc(d)], lw, packRate(program.ClassOf(s, &op)), ds)
 			clock[proc(d)] += records(st.Record, nil)
@@ -206,9 +206,7 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 					sdeps = append(sdeps, l)
 				}
 				lat = -1 // the path class's latency
-				if len(st.Waits) > 0 {
-					lat = m.classLat(tp, sd, rd, opt) + costs.DepLatency
-				}
+
 			} else {
 				clock[proc(sd)] += units.Time(len(st.Waits))*ev + costs.HostXfer
 				clock[proc(rd)] += units.Time(len(st.RWaits))*ev + costs.HostXfer
@@ -230,9 +228,7 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 				// Its fixed cost by size, and the stream's start once per
 				// iteration.
 				lat = costs.XferLatency + costs.RampAt(st.Bytes)
-				if len(st.Waits)+len(st.RWaits) > 0 {
-					lat += costs.DepLatency
-				}
+
 				if !started[st.Stream] || !started[st.RStream] {
 					lat += costs.StartLatency
 					started[st.Stream], started[st.RStream] = true, true

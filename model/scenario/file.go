@@ -69,7 +69,7 @@ type ExecCostsSpec struct {
 	HostLaunch   *units.Time      `toml:"host_launch"`
 	HostEvent    *units.Time      `toml:"host_event"`
 	StartLatency *units.Time      `toml:"start_latency"`
-	DepLatency   *units.Time      `toml:"dep_latency"`
+	BoxLatency   *units.Time      `toml:"box_latency"`
 	RampBytes    []string         `toml:"ramp_bytes"`
 	RampExtra    []string         `toml:"ramp_extra"`
 }

@@ -625,7 +625,7 @@ func applyTopology(t *topo.Topology, ts TopologySpec) error {
 			setT(&xc.HostLaunch, c.HostLaunch)
 			setT(&xc.HostEvent, c.HostEvent)
 			setT(&xc.StartLatency, c.StartLatency)
-			setT(&xc.DepLatency, c.DepLatency)
+			setT(&xc.BoxLatency, c.BoxLatency)
 			if len(c.RampBytes) != len(c.RampExtra) {
 				return fmt.Errorf("executor.%s: %d ramp_bytes but %d ramp_extra; give one time per size", topo.Launch(l), len(c.RampBytes), len(c.RampExtra))
 			}

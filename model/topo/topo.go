@@ -199,8 +199,8 @@ func (t *Topology) Describe() string {
 	if e := &t.Executor; !e.IsZero() {
 		fmt.Fprintf(&b, "executor: pack/unpack at %.2f/%.2f/%.2f of memory (long/short/staged rows)\n", e.PackLong, e.PackShort, e.PackStage)
 		for l, c := range e.Costs {
-			fmt.Fprintf(&b, "executor, %s: pair %v, duplex %v, send/recv %v (+ ramp %v), group %v, start %v, dependency %v; host: group %v, send/recv %v, launch %v, event %v\n",
-				Launch(l), c.PairRate, c.DuplexRate, c.XferLatency, c.Ramp, c.GroupLatency, c.StartLatency, c.DepLatency, c.HostGroup, c.HostXfer, c.HostLaunch, c.HostEvent)
+			fmt.Fprintf(&b, "executor, %s: pair %v, duplex %v, send/recv %v (+ ramp %v), group %v, start %v, box kernel %v; host: group %v, send/recv %v, launch %v, event %v\n",
+				Launch(l), c.PairRate, c.DuplexRate, c.XferLatency, c.Ramp, c.GroupLatency, c.StartLatency, c.BoxLatency, c.HostGroup, c.HostXfer, c.HostLaunch, c.HostEvent)
 		}
 	}
 	return b.String()
@@ -260,10 +260,9 @@ type ExecCosts struct {
 	// XferLatency is the device time of one NCCL send/recv before its
 	// bytes flow (per merged transfer).
 	XferLatency units.Time
-	// DepLatency is the device time a dependency across streams adds to
-	// the op that waits (an event wait, or an edge between a CUDA graph's
-	// branches).
-	DepLatency units.Time
+	// BoxLatency is the start latency of a box-copy kernel (a pack,
+	// unpack or box copy) beyond LatencyLocal, a copy's.
+	BoxLatency units.Time
 	// StartLatency is the device time the first NCCL transfer on a stream
 	// pays once per iteration, before the steady state of a stream of
 	// groups.
@@ -295,7 +294,7 @@ func (e *Executor) IsZero() bool {
 
 // IsZero reports whether no cost of the launch mode is set.
 func (c *ExecCosts) IsZero() bool {
-	return len(c.Ramp) == 0 && c.PairRate == 0 && c.DuplexRate == 0 && c.XferLatency == 0 && c.StartLatency == 0 && c.DepLatency == 0 &&
+	return len(c.Ramp) == 0 && c.PairRate == 0 && c.DuplexRate == 0 && c.XferLatency == 0 && c.StartLatency == 0 && c.BoxLatency == 0 &&
 		c.GroupLatency == 0 && c.HostGroup == 0 && c.HostXfer == 0 && c.HostLaunch == 0 && c.HostEvent == 0
 }
 
@@ -344,7 +343,7 @@ func (e *Executor) validate() []error {
 		for _, t := range []struct {
 			name string
 			v    units.Time
-		}{{"xfer_latency", c.XferLatency}, {"group_latency", c.GroupLatency}, {"host_group", c.HostGroup}, {"host_xfer", c.HostXfer}, {"host_launch", c.HostLaunch}, {"host_event", c.HostEvent}, {"start_latency", c.StartLatency}, {"dep_latency", c.DepLatency}} {
+		}{{"xfer_latency", c.XferLatency}, {"group_latency", c.GroupLatency}, {"host_group", c.HostGroup}, {"host_xfer", c.HostXfer}, {"host_launch", c.HostLaunch}, {"host_event", c.HostEvent}, {"start_latency", c.StartLatency}, {"box_latency", c.BoxLatency}} {
 			if t.v < 0 {
 				errs = append(errs, fmt.Errorf("%s%s = %v: must not be negative", name, t.name, t.v))
 			}
