@@ -3,6 +3,7 @@ package reports
 import (
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/m2n-project/m2n/evaluate"
@@ -90,6 +91,12 @@ func SimJSON(scenario, topology string, rows []Row) any {
 // class; the resources by class.
 func WriteSimTable(w io.Writer, scenario, topology string, rows []Row, ideal bool) error {
 	mode := "achievable rates, op latencies"
+	for i := range rows {
+		if on := rows[i].ModeledOn; strings.Contains(on, "executor model") {
+			mode = "achievable rates, " + on[strings.Index(on, "executor model"):] + " (docs/calibration.md)"
+			break
+		}
+	}
 	if ideal {
 		mode = "ideal: line rates, no latency"
 	}

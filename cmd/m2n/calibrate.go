@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -63,7 +64,17 @@ Run it once in one process, then under torchrun (one process per GPU) with
 		}
 	}
 	in.Date = time.Now().UTC().Format(time.RFC3339)
-	in.Command = "m2n calibrate " + strings.Join(args, " ")
+	// The command as run, with file names for paths: a preset travels.
+	shown := make([]string, len(args))
+	for i, a := range args {
+		if k, v, ok := strings.Cut(a, "="); ok && strings.Contains(v, "/") {
+			a = k + "=" + filepath.Base(v)
+		} else if strings.Contains(a, "/") {
+			a = filepath.Base(a)
+		}
+		shown[i] = a
+	}
+	in.Command = "m2n calibrate " + strings.Join(shown, " ")
 	if launch != nil {
 		in.Command = fmt.Sprintf("%s, one process per GPU (%s, %d processes)", in.Command, launch.Launcher, launch.World)
 	}

@@ -54,11 +54,15 @@ func TestRunTable(t *testing.T) {
 		}
 	}
 	// The model's error beside it: modeled / measured - 1.
-	m := regexp.MustCompile(`1\.00 ms \.\. 1\.00 ms\s+([0-9.]+) ms\s+([+-][0-9.]+)%`).FindStringSubmatch(stdout)
+	m := regexp.MustCompile(`1\.00 ms \.\. 1\.00 ms\s+([0-9.]+) (ms|us)\s+([+-][0-9.]+)%`).FindStringSubmatch(stdout)
 	if m == nil {
 		t.Fatalf("no modeled time and error in:\n%s", stdout)
 	}
 	modeled, _ := strconv.ParseFloat(m[1], 64)
+	if m[2] == "us" {
+		modeled /= 1000
+	}
+	m = append(m[:2], m[3:]...)
 	errPct, _ := strconv.ParseFloat(m[2], 64)
 	if want := 100 * (modeled/1.00 - 1); math.Abs(errPct-want) > 0.6 {
 		t.Errorf("error %+.1f%% beside %.2f ms modeled and 1.00 ms measured; want %+.1f%%", errPct, modeled, want)
