@@ -138,6 +138,10 @@ type Options struct {
 	// on the point's shape (domains, placement). The SOL stays the
 	// point's topology's.
 	Machine *topo.Topology
+	// Executor, when set, is the GPU executor's costs to model on the
+	// point's own topology (rates and latencies unchanged): how the
+	// schedule would run with m2n's executor as measured elsewhere.
+	Executor *topo.Executor
 	// Progress, if set, follows the simulation (as sim.Options.Progress,
 	// which it replaces) with the schedule's SOL bound: an estimate of the
 	// makespan, for a progress bar. It changes nothing in the record.
@@ -193,6 +197,10 @@ func Schedule(s *ir.Schedule, tp *topo.Topology, opt Options) (Record, *sim.Resu
 	if opt.Machine != nil {
 		mtp = OnMachine(tp, opt.Machine)
 		rec.ModeledOn = mtp.Preset
+	}
+	if opt.Executor != nil {
+		mtp = mtp.Clone()
+		mtp.Executor = *opt.Executor
 	}
 	if opt.LoopbackMemory > 0 {
 		mtp = mtp.Clone()

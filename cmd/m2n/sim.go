@@ -32,6 +32,7 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 	launch := fs.String("launch", "one-process", "with --model: one-process, or per-gpu (one process per GPU under a launcher)")
 	transport := fs.String("transport", "", "with --model: nccl (the default between GPUs) or copy (device copies; the default with --loopback)")
 	loopback := fs.Bool("loopback", false, "with --model: every rank on one GPU of the machine, as `m2n run --backend loopback` runs it")
+	execName := fs.String("executor", "", "model each route as m2n's GPU executor runs it, with the executor costs of this measured preset (name or file) on the scenario's own rates")
 	var sel selection
 	sel.register(fs)
 	pos, err := fs.parse(args)
@@ -48,6 +49,24 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 		if machine, err = loadPreset(*modelName); err != nil {
 			return fmt.Errorf("--model: %w", err)
 		}
+	} else if *loopback {
+		return usagef("--loopback runs every rank on one GPU of a measured machine: it needs --model")
+	}
+	var executor *topo.Executor
+	if *execName != "" {
+		if machine != nil {
+			return usagef("--executor and --model: give one (--model takes the machine's executor costs too)")
+		}
+		p, err := loadPreset(*execName)
+		if err != nil {
+			return fmt.Errorf("--executor: %w", err)
+		}
+		if p.Executor.IsZero() {
+			return usagef("--executor %s: the preset has no executor costs (a measured preset has)", *execName)
+		}
+		executor = &p.Executor
+	}
+	if machine != nil || executor != nil {
 		switch *launch {
 		case "one-process":
 		case "per-gpu":
@@ -62,8 +81,8 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 		// The copy transport replays each iteration as a CUDA graph, as
 		// m2n run does by default.
 		opt.Exec.Graph = *transport == "copy" || *transport == "" && *loopback
-	} else if *loopback || *transport != "" || *launch != "one-process" {
-		return usagef("--launch, --transport and --loopback model the executor: they need --model")
+	} else if *transport != "" || *launch != "one-process" {
+		return usagef("--launch and --transport model the executor: they need --model or --executor")
 	}
 	var scName, tpName string
 	var jobs []simJob
@@ -88,7 +107,7 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 		}
 	}
 	for i := range jobs {
-		jobs[i].machine = machine
+		jobs[i].machine, jobs[i].executor = machine, executor
 	}
 	if (*trace != "" || *flowsOut != "") && len(jobs) != 1 {
 		return usagef("--trace and --flows write one simulation, but %d would run; pick one with --route and --point", len(jobs))
@@ -140,12 +159,13 @@ type simJob struct {
 	tp    *topo.Topology
 	// machine, when set, models the run on a measured machine
 	// (evaluate.Options.Machine); in loopback, on one of its GPUs.
-	machine *topo.Topology
+	machine  *topo.Topology
+	executor *topo.Executor // the executor costs to model on the job's topology
 }
 
 // evalOptions are the evaluation options of the job.
 func (j simJob) evalOptions(opt sim.Options, t task) evaluate.Options {
-	eo := evaluate.Options{Sim: opt, References: j.refs, Progress: t.sim, Machine: j.machine}
+	eo := evaluate.Options{Sim: opt, References: j.refs, Progress: t.sim, Machine: j.machine, Executor: j.executor}
 	if j.machine != nil && opt.Loopback {
 		eo.LoopbackMemory = j.machine.Memory
 		eo.Sim.Loopback = false // LoopbackMemory sets it
