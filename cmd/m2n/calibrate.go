@@ -49,7 +49,7 @@ Run it once in one process, then under torchrun (one process per GPU) with
 		if errors.Is(err, native.ErrNotSupported) {
 			return fmt.Errorf("m2n calibrate needs a GPU build (linux, cgo) and the CUDA driver: %w", err)
 		}
-		return err
+		return fmt.Errorf("m2n calibrate: no GPUs: %w", err)
 	}
 	launch, err := native.DetectLaunchEnv()
 	if err != nil {

@@ -95,3 +95,38 @@ func TestRunModelError(t *testing.T) {
 		t.Errorf("m2n sim: exit %d: %s", code, stderr)
 	}
 }
+
+// The executor-model flags of sim need a measured machine, and name what
+// is wrong.
+func TestSimModelFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sim", "--loopback", "paper-2gpu"}, "--loopback"},
+		{[]string{"sim", "--launch", "per-gpu", "paper-2gpu"}, "need --model or --executor"},
+		{[]string{"sim", "--model", "hgx-h200-measured", "--launch", "both", "paper-2gpu"}, `--launch "both"`},
+		{[]string{"sim", "--executor", "gb200-nvl72", "paper-2gpu"}, "has no executor costs"},
+		{[]string{"sim", "--model", "nope", "paper-2gpu"}, "--model"},
+	} {
+		_, stderr, code := run(t, tc.args...)
+		if code == 0 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want an error naming %q", tc.args, code, stderr, tc.want)
+		}
+	}
+	// Per GPU, the paper layer's flat route models faster than in one
+	// process (each process issues for its own GPU).
+	one, _, c1 := run(t, "sim", "--json", "--model", "hgx-h200-measured", "--route", "flat", "paper-2gpu")
+	per, _, c2 := run(t, "sim", "--json", "--model", "hgx-h200-measured", "--launch", "per-gpu", "--route", "flat", "paper-2gpu")
+	if c1 != 0 || c2 != 0 || one == per {
+		t.Errorf("one process and per GPU: exits %d, %d; same output: %v", c1, c2, one == per)
+	}
+}
+
+// m2n calibrate without a GPU says so.
+func TestCalibrateNeedsGPU(t *testing.T) {
+	_, stderr, code := run(t, "calibrate")
+	if code == 0 || !strings.Contains(stderr, "calibrate") {
+		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+}

@@ -127,3 +127,25 @@ func TestDescribe(t *testing.T) {
 		t.Errorf("custom topology:\n%s", d)
 	}
 }
+
+// The ramp interpolates in log size and holds its ends.
+func TestRampAt(t *testing.T) {
+	c := ExecCosts{Ramp: []RampPoint{{Bytes: 8 << 20}, {Bytes: 32 << 20, Extra: 6 * units.Microsecond}, {Bytes: 64 << 20, Extra: 8 * units.Microsecond}}}
+	for _, tc := range []struct {
+		n    int64
+		want units.Time
+	}{{1, 0}, {8 << 20, 0}, {16 << 20, 3 * units.Microsecond}, {32 << 20, 6 * units.Microsecond}, {64 << 20, 8 * units.Microsecond}, {1 << 40, 8 * units.Microsecond}} {
+		if got := c.RampAt(tc.n); got != tc.want {
+			t.Errorf("RampAt(%d) = %v, want %v", tc.n, got, tc.want)
+		}
+	}
+	if (&ExecCosts{}).RampAt(1<<30) != 0 {
+		t.Error("no ramp, yet a cost")
+	}
+	tp, _ := Preset("hgx-h200")
+	tp.Executor.Costs[PerGPU] = ExecCosts{HostGroup: -1, Ramp: []RampPoint{{Bytes: 8}, {Bytes: 4}}}
+	err := tp.Validate()
+	if err == nil || !strings.Contains(err.Error(), "per_gpu.host_group") || !strings.Contains(err.Error(), "ramp_bytes[1]") {
+		t.Errorf("a negative cost and a descending ramp: %v", err)
+	}
+}
