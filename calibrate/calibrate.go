@@ -6,6 +6,7 @@ package calibrate
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/model/topo"
@@ -274,9 +275,15 @@ func HostCounts(b *Bench, launch topo.Launch) (Counts, error) {
 			r.Events += len(st.RWaits) + rec(st.RRecord, st.RMore)
 		}
 	}
+	// The busiest process; the lowest-numbered among equals.
+	procs := make([]int, 0, len(per))
+	for pr := range per {
+		procs = append(procs, pr)
+	}
+	slices.Sort(procs)
 	var most Counts
-	for _, c := range per {
-		if c.Launches+c.Events > most.Launches+most.Events {
+	for _, pr := range procs {
+		if c := per[pr]; c.Launches+c.Events > most.Launches+most.Events {
 			most = *c
 		}
 	}
