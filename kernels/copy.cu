@@ -178,19 +178,27 @@ struct PatternArgs {
     int nd;
     int elem;         // element size in bytes: 1, 2, 4 or 8
     int tensor;       // tensor index, mixed into the pattern
-    int invert;       // write the complement
+    int flags;        // 1: write the complement; 2: a float dtype, clear the exponent's top bit
     i64 size[M2N_MAXD];
     i64 start[M2N_MAXD];
     i64 gstride[M2N_MAXD]; // elements per index step of each dim in the global tensor
 };
 
 // pattern is splitmix64 of the tensor and the element's global index; the
-// host executor's hostexec.Pattern is the same function.
+// host executor's hostexec.Pattern is the same function. value is an
+// element: for a float dtype (flags & 2) the exponent's top bit (bit
+// 8 x elem - 2) is cleared so the value is finite (hostexec.Value).
 __device__ __forceinline__ u64 pattern(int t, u64 g) {
     u64 z = (u64)t * 0x9E3779B97F4A7C15ULL + g + 0x632BE59BD9B4E019ULL;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
     return z ^ (z >> 31);
+}
+
+__device__ __forceinline__ u64 value(const struct PatternArgs& a, u64 g) {
+    u64 v = pattern(a.tensor, g);
+    if (a.flags & 2) v &= ~(1ULL << (8 * a.elem - 2));
+    return v;
 }
 
 __device__ __forceinline__ u64 global_index(const PatternArgs& a, i64 i) {
@@ -220,8 +228,8 @@ __device__ __forceinline__ u64 mask(int elem) {
 extern "C" __global__ void fill(PatternArgs a) {
     i64 step = (i64)gridDim.x * blockDim.x;
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < a.elems; i += step) {
-        u64 v = pattern(a.tensor, global_index(a, i));
-        if (a.invert) v = ~v;
+        u64 v = value(a, global_index(a, i));
+        if (a.flags & 1) v = ~v;
         unsigned char* p = (unsigned char*)a.buf + i * a.elem;
         switch (a.elem) {
         case 1: *p = (unsigned char)v; break;
@@ -239,7 +247,7 @@ extern "C" __global__ void verify(PatternArgs a, u64* bad) {
     u64 m = mask(a.elem);
     u64 count = 0, first = ~0ULL;
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < a.elems; i += step) {
-        u64 want = pattern(a.tensor, global_index(a, i)) & m;
+        u64 want = value(a, global_index(a, i)) & m;
         u64 got = load((const unsigned char*)a.buf + i * a.elem, a.elem);
         if (got != want) {
             count++;

@@ -487,7 +487,7 @@ func (x *Executor) fill() error {
 			continue
 		}
 		t := &x.s.Tensors[b.Tensor]
-		a, err := planPattern(x.bufAddr[i], b.Tensor, t.Src.Shape, b.Box.Start, b.Box.Size, t.Src.DType.Size(), b.Kind == ir.Output)
+		a, err := planPattern(x.bufAddr[i], b.Tensor, t.Src.Shape, b.Box.Start, b.Box.Size, t.Src.DType, b.Kind == ir.Output)
 		if err != nil {
 			return err
 		}
@@ -508,7 +508,7 @@ func (x *Executor) check(res *Result) error {
 			continue
 		}
 		t := &x.s.Tensors[b.Tensor]
-		a, err := planPattern(x.bufAddr[i], b.Tensor, t.Src.Shape, b.Box.Start, b.Box.Size, t.Src.DType.Size(), false)
+		a, err := planPattern(x.bufAddr[i], b.Tensor, t.Src.Shape, b.Box.Start, b.Box.Size, t.Src.DType, false)
 		if err != nil {
 			return err
 		}

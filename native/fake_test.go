@@ -149,7 +149,10 @@ func (f *fakeGPU) patternWalk(a patternArgs, fn func(i int64, want []byte)) {
 			g += uint64(a.Start[d]+idx[d]) * uint64(a.GStride[d])
 		}
 		v := hostexec.Pattern(int(a.Tensor), g)
-		if a.Invert != 0 {
+		if a.Flags&patternFloat != 0 {
+			v &^= 1 << (8*a.Elem - 2)
+		}
+		if a.Flags&patternInvert != 0 {
 			v = ^v
 		}
 		binary.LittleEndian.PutUint64(tmp[:], v)

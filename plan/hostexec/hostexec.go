@@ -58,10 +58,8 @@ type Result struct {
 	PeakStaging int64
 }
 
-// Pattern is the value of element g (its row-major index in the global
-// tensor) of tensor t: a splitmix64 hash, of which an element keeps its
-// first dtype-size bytes, little-endian. The GPU fill kernel computes the
-// same function.
+// Pattern is the hash behind element g (its row-major index in the global
+// tensor) of tensor t: splitmix64. [Value] makes an element of it.
 func Pattern(t int, g uint64) uint64 {
 	z := uint64(t)*0x9E3779B97F4A7C15 + g + 0x632BE59BD9B4E019
 	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
@@ -69,15 +67,34 @@ func Pattern(t int, g uint64) uint64 {
 	return z ^ (z >> 31)
 }
 
+// FiniteMask is what [Value] keeps of the hash for an element of dtype dt:
+// for a float dtype (bf16, fp16, fp32, fp64, fp8_e4m3, fp8_e5m2) every bit
+// but the top bit of the exponent (bit 8 x size - 2), so the value is
+// finite (below 2 in magnitude for bf16, fp16, fp32 and fp64, below 2^8
+// for fp8_e4m3 and 2^16 for fp8_e5m2) and spans its dtype's binades down to
+// subnormals and ±0; every bit for other dtypes.
+func FiniteMask(dt layout.DType) uint64 {
+	if dt.Float() {
+		return ^(uint64(1) << (8*dt.Size() - 2))
+	}
+	return ^uint64(0)
+}
+
+// Value is element g of tensor t of dtype dt: Pattern(t, g) & FiniteMask(dt),
+// of which the element keeps its first dt.Size() bytes, little-endian. The
+// GPU fill kernel computes the same function.
+func Value(t int, g uint64, dt layout.DType) uint64 { return Pattern(t, g) & FiniteMask(dt) }
+
 // fillBox writes the pattern of a global box of tensor t (global shape
 // shape, element size elem) into buf, row-major; with invert, its complement.
-func fillBox(buf []byte, t int, shape []int64, box layout.Box, elem int64, invert bool) {
+func fillBox(buf []byte, t int, shape []int64, box layout.Box, dt layout.DType, invert bool) {
 	var tmp [8]byte
+	elem, m := dt.Size(), FiniteMask(dt)
 	pos := int64(0)
 	// Each run of the box in the global tensor is a run of global indices.
 	box.ForEachRun(shape, func(first, n int64) {
 		for k := range n {
-			v := Pattern(t, uint64(first+k))
+			v := Pattern(t, uint64(first+k)) & m
 			if invert {
 				v = ^v
 			}
@@ -133,7 +150,7 @@ func Run(s *ir.Schedule, opt Options) (*Result, error) {
 		e.bufs[i] = make([]byte, b.Bytes)
 		if b.Placed() && b.Kind != ir.Staging {
 			t := &s.Tensors[b.Tensor]
-			fillBox(e.bufs[i], b.Tensor, t.Src.Shape, b.Box, t.Src.DType.Size(), b.Kind == ir.Output)
+			fillBox(e.bufs[i], b.Tensor, t.Src.Shape, b.Box, t.Src.DType, b.Kind == ir.Output)
 		}
 	}
 	if err := e.run(opt.Seed); err != nil {
@@ -150,7 +167,7 @@ func Run(s *ir.Schedule, opt Options) (*Result, error) {
 		}
 		t := &s.Tensors[b.Tensor]
 		want := make([]byte, b.Bytes)
-		fillBox(want, b.Tensor, t.Src.Shape, b.Box, t.Src.DType.Size(), false)
+		fillBox(want, b.Tensor, t.Src.Shape, b.Box, t.Src.DType, false)
 		res.Bytes += b.Bytes
 		for o := range want {
 			if want[o] != e.bufs[i][o] {
