@@ -308,3 +308,40 @@ func ScaleLayout(l Layout, q Quant) (Layout, error) {
 	}
 	return sl, nil
 }
+
+// QuantizeBox quantizes the elements of a box, row-major in x, whose last
+// two dims hold whole blocks of br x bc (the box starts on a block edge;
+// a last block may be cut by the tensor's edge): each block by
+// [QuantizeBlock], the fp8 bits row-major in q (as x), the scales
+// row-major in scales (the box's leading dims, then its block rows and
+// block columns).
+func QuantizeBox(x []float32, size []int64, br, bc int64, q []uint8, scales []float32) {
+	nd := len(size)
+	rows, cols := size[nd-2], size[nd-1]
+	lead := int64(1)
+	for _, s := range size[:nd-2] {
+		lead *= s
+	}
+	nbr, nbc := ceilDiv(rows, br), ceilDiv(cols, bc)
+	blk := make([]float32, 0, br*bc)
+	out := make([]uint8, br*bc)
+	for l := range lead {
+		base := l * rows * cols
+		for i := range nbr {
+			r0, r1 := i*br, min((i+1)*br, rows)
+			for j := range nbc {
+				c0, c1 := j*bc, min((j+1)*bc, cols)
+				blk = blk[:0]
+				for r := r0; r < r1; r++ {
+					blk = append(blk, x[base+r*cols+c0:base+r*cols+c1]...)
+				}
+				scales[(l*nbr+i)*nbc+j] = QuantizeBlock(blk, out[:len(blk)])
+				k := 0
+				for r := r0; r < r1; r++ {
+					copy(q[base+r*cols+c0:base+r*cols+c1], out[k:k+int(c1-c0)])
+					k += int(c1 - c0)
+				}
+			}
+		}
+	}
+}

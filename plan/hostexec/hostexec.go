@@ -13,6 +13,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 
@@ -105,6 +106,63 @@ func fillBox(buf []byte, t int, shape []int64, box layout.Box, dt layout.DType, 
 	})
 }
 
+// Expected returns the bytes a destination must hold for a global box of
+// tensor t, row-major: the source pattern; for a quantized tensor its
+// fp8_e4m3 bits by the reference quantizer ([layout.QuantizeBox]); for a
+// scale tensor the FP32 scales of its weight's blocks, little-endian.
+func Expected(s *ir.Schedule, t int, box layout.Box) []byte {
+	tt := &s.Tensors[t]
+	switch {
+	case tt.Quant.On():
+		q, _ := quantized(s, t, box)
+		return q
+	case tt.ScaleOf > 0:
+		w := tt.ScaleOf - 1
+		wt := &s.Tensors[w]
+		br, bc := wt.Quant.Blocks(wt.Src.Shape)
+		wb := box.Clone()
+		nd := len(wb.Size)
+		for k, bs := range [2]int64{br, bc} {
+			d := nd - 2 + k
+			lo := box.Start[d] * bs
+			wb.Start[d], wb.Size[d] = lo, min((box.Start[d]+box.Size[d])*bs, wt.Src.Shape[d])-lo
+		}
+		_, sc := quantized(s, w, wb)
+		out := make([]byte, 4*len(sc))
+		for i, f := range sc {
+			binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(f))
+		}
+		return out
+	}
+	want := make([]byte, box.Elems()*tt.Src.DType.Size())
+	fillBox(want, t, tt.Src.Shape, box, tt.Src.DType, false)
+	return want
+}
+
+// quantized returns the fp8 bits and the scales of a block-aligned global
+// box of quantized tensor t, from its source pattern.
+func quantized(s *ir.Schedule, t int, box layout.Box) ([]byte, []float32) {
+	tt := &s.Tensors[t]
+	src := make([]byte, box.Elems()*tt.Src.DType.Size())
+	fillBox(src, t, tt.Src.Shape, box, tt.Src.DType, false)
+	return quantize(tt, box, src)
+}
+
+// quantize runs the reference quantizer over src, a global box of
+// quantized tensor tt in its source dtype.
+func quantize(tt *ir.Tensor, box layout.Box, src []byte) ([]byte, []float32) {
+	n := box.Elems()
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = layout.Decode(tt.Src.DType, src, int64(i))
+	}
+	br, bc := tt.Quant.Blocks(tt.Src.Shape)
+	q := make([]byte, n)
+	sc := make([]float32, tt.Quant.ScaleBox(tt.Src.Shape, box).Elems())
+	layout.QuantizeBox(x, box.Size, br, bc, q, sc)
+	return q, sc
+}
+
 // Run executes the schedule and checks every output byte.
 func Run(s *ir.Schedule, opt Options) (*Result, error) {
 	if opt.MaxBytes == 0 {
@@ -150,7 +208,7 @@ func Run(s *ir.Schedule, opt Options) (*Result, error) {
 		e.bufs[i] = make([]byte, b.Bytes)
 		if b.Placed() && b.Kind != ir.Staging {
 			t := &s.Tensors[b.Tensor]
-			fillBox(e.bufs[i], b.Tensor, t.Src.Shape, b.Box, t.Src.DType, b.Kind == ir.Output)
+			fillBox(e.bufs[i], b.Tensor, t.Src.Shape, b.Box, s.BufDType(int32(i)), b.Kind == ir.Output)
 		}
 	}
 	if err := e.run(opt.Seed); err != nil {
@@ -166,8 +224,7 @@ func Run(s *ir.Schedule, opt Options) (*Result, error) {
 			continue
 		}
 		t := &s.Tensors[b.Tensor]
-		want := make([]byte, b.Bytes)
-		fillBox(want, b.Tensor, t.Src.Shape, b.Box, t.Src.DType, false)
+		want := Expected(s, b.Tensor, b.Box)
 		res.Bytes += b.Bytes
 		for o := range want {
 			if want[o] != e.bufs[i][o] {
@@ -313,6 +370,25 @@ func (e *executor) exec(i int32) error {
 		src = e.s.Ops[op.Match].Src
 	}
 	data := e.gather(src)
+	if op.Kind == ir.Quantize {
+		b := &e.s.Buffers[src.Buf]
+		box, ok := e.s.GlobalBox(src)
+		if !ok {
+			return fmt.Errorf("op %d: quantizes a byte range that is not a box", i)
+		}
+		q, sc := quantize(&e.s.Tensors[b.Tensor], box, data)
+		scale := e.s.QuantScale[i]
+		if int64(len(q)) != dst.Bytes || int64(4*len(sc)) != scale.Bytes {
+			return fmt.Errorf("op %d: quantizes into %d and %d bytes, regions of %d and %d", i, len(q), 4*len(sc), dst.Bytes, scale.Bytes)
+		}
+		sb := make([]byte, 4*len(sc))
+		for k, f := range sc {
+			binary.LittleEndian.PutUint32(sb[4*k:], math.Float32bits(f))
+		}
+		e.scatter(dst, q)
+		e.scatter(scale, sb)
+		return nil
+	}
 	if int64(len(data)) != dst.Bytes {
 		return fmt.Errorf("op %d: moves %d bytes into a region of %d", i, len(data), dst.Bytes)
 	}
@@ -327,7 +403,7 @@ func (e *executor) gather(r ir.Region) []byte {
 		return append([]byte(nil), buf[r.Offset:r.Offset+r.Bytes]...)
 	}
 	b := &e.s.Buffers[r.Buf]
-	elem := e.s.Elem(b.Tensor)
+	elem := e.s.BufElem(r.Buf)
 	out := make([]byte, 0, r.Bytes)
 	e.s.Box(r).ForEachRun(b.Box.Size, func(first, n int64) {
 		out = append(out, buf[first*elem:(first+n)*elem]...)
@@ -343,7 +419,7 @@ func (e *executor) scatter(r ir.Region, data []byte) {
 		return
 	}
 	b := &e.s.Buffers[r.Buf]
-	elem := e.s.Elem(b.Tensor)
+	elem := e.s.BufElem(r.Buf)
 	pos := int64(0)
 	e.s.Box(r).ForEachRun(b.Box.Size, func(first, n int64) {
 		copy(buf[first*elem:(first+n)*elem], data[pos:pos+n*elem])
