@@ -49,7 +49,16 @@ func Bound(route string, tensors []ir.Tensor, tp *topo.Topology) (SOL, error) {
 	if route == NemoLegacy {
 		roots = stageRoots(tensors)
 	}
-	for _, t := range tensors {
+	// Quantized tensors are bound as they move: fp8 and scales when
+	// quantized at the source, the source dtype when at the destination.
+	_, moved, site, err := expand(tensors)
+	if err != nil {
+		return sol, err
+	}
+	for ti, t := range moved {
+		if site[ti] == scaleAtDest {
+			continue
+		}
 		r, err := Derive(t.Src, t.Dst)
 		if err != nil {
 			return sol, fmt.Errorf("tensor %s: %w", t.Name, err)

@@ -84,7 +84,7 @@ func TestIRRoundTrip(t *testing.T) {
 	data, _ := os.ReadFile(path)
 	bad := filepath.Join(t.TempDir(), "v9.json")
 	os.WriteFile(bad, []byte(strings.Replace(string(data), `"version":1`, `"version":9`, 1)), 0o644)
-	if _, stderr, code := run(t, "verify", bad); code != 1 || !strings.Contains(stderr, "version 9, but this m2n reads versions 1 to 2") {
+	if _, stderr, code := run(t, "verify", bad); code != 1 || !strings.Contains(stderr, "version 9, but this m2n reads versions 1 to 3") {
 		t.Fatalf("verify of version 9: exit %d: %s", code, stderr)
 	}
 }
