@@ -117,7 +117,7 @@ func compile(s *ir.Schedule, dev func(rank int32) int, lanes int, m mode, waveBy
 		op := &s.Ops[i]
 		d := dev(op.Rank)
 		switch op.Kind {
-		case ir.Pack:
+		case ir.Pack, ir.Quantize:
 			opStream[i] = stream(streamKey{d, lane(d, [3]int32{op.Rank, -1, 0})})
 		case ir.Copy, ir.Unpack:
 			opStream[i] = stream(streamKey{d, lane(d, [3]int32{op.Rank, -1, 1})})
