@@ -502,7 +502,15 @@ extern "C" __global__ void verify_quant(QuantCheckArgs a, u64* bad) {
 
 // e4m3_convert writes to_e4m3(x[i] / s[i]) for n values: the bit-equality
 // check against PyTorch (scripts/gpu-fp8.sh); s[i] = 1 converts x alone.
-extern "C" __global__ void e4m3_convert(const float* x, const float* s, unsigned char* q, i64 n) {
-    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
+struct ConvertArgs {
+    u64 x, s, q;
+    i64 n;
+};
+
+extern "C" __global__ void e4m3_convert(ConvertArgs a) {
+    const float* x = (const float*)a.x;
+    const float* s = (const float*)a.s;
+    unsigned char* q = (unsigned char*)a.q;
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (i64)gridDim.x * blockDim.x)
         q[i] = to_e4m3(__fdiv_rn(x[i], s[i]));
 }

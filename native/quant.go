@@ -92,8 +92,20 @@ func (x *Executor) planQuant(i int32) (quantArgs, string, error) {
 	src, sst := x.regionArray(op.Src, box.Size, elem)
 	dst, dstS := x.regionArray(op.Dst, box.Size, 1)
 	scale, scS := x.regionArray(s.QuantScale[i], sbox.Size, 4)
-	a = quantArgs{Src: src, Dst: dst, Scale: scale, Lead: 1, Rows: box.Size[nd-2], Cols: box.Size[nd-1], BR: br, BC: bc,
-		NBR: sbox.Size[nd-2], NBC: sbox.Size[nd-1], NLead: int32(nd - 2), SDT: sdt}
+	a, kernel := planQuantArrays(src, dst, scale, sst, dstS, scS, box.Size, br, bc, sdt, elem)
+	return a, kernel, nil
+}
+
+// planQuantArrays computes the arguments and the kernel that quantize a
+// box of the given size (its last two dims whole blocks of br x bc) from
+// src to dst (fp8) and scale (FP32): each side's first element's address
+// and the element strides of its array around it.
+func planQuantArrays(src, dst, scale uint64, sst, dstS, scS, size []int64, br, bc int64, sdt int32, elem int64) (quantArgs, string) {
+	nd := len(size)
+	sb := []int64{(size[nd-2] + br - 1) / br, (size[nd-1] + bc - 1) / bc}
+	box := layout.Box{Size: size}
+	a := quantArgs{Src: src, Dst: dst, Scale: scale, Lead: 1, Rows: box.Size[nd-2], Cols: box.Size[nd-1], BR: br, BC: bc,
+		NBR: sb[0], NBC: sb[1], NLead: int32(nd - 2), SDT: sdt}
 	for d := 0; d < nd-2; d++ {
 		a.Lead *= box.Size[d]
 		a.Size[d] = box.Size[d]
@@ -104,14 +116,14 @@ func (x *Executor) planQuant(i int32) (quantArgs, string, error) {
 	// Vectors when every block row is whole 16-byte source vectors and
 	// V-byte destination words.
 	v := int64(16 / elem)
-	ok = bc%v == 0 && a.Cols%v == 0 && src%16 == 0 && dst%uint64(v) == 0
+	ok := bc%v == 0 && a.Cols%v == 0 && src%16 == 0 && dst%uint64(v) == 0
 	for d := 0; d < nd-1; d++ {
 		ok = ok && (sst[d]*elem)%16 == 0 && dstS[d]%v == 0
 	}
 	if !ok {
 		v = 1
 	}
-	return a, fmt.Sprintf("quantize_e4m3_%d", v), nil
+	return a, fmt.Sprintf("quantize_e4m3_%d", v)
 }
 
 // planQuantCheck computes the check of an output buffer of a quantized
