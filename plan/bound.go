@@ -51,7 +51,14 @@ func Bound(route string, tensors []ir.Tensor, tp *topo.Topology) (SOL, error) {
 	}
 	// Quantized tensors are bound as they move: fp8 and scales when
 	// quantized at the source, the source dtype when at the destination.
-	_, moved, site, err := expand(tensors)
+	// A schedule's tensors hold scale tensors; expand derives them again.
+	var weights []ir.Tensor
+	for _, t := range tensors {
+		if t.ScaleOf == 0 {
+			weights = append(weights, t)
+		}
+	}
+	_, moved, site, err := expand(weights)
 	if err != nil {
 		return sol, err
 	}
