@@ -58,9 +58,18 @@ func Bound(route string, tensors []ir.Tensor, tp *topo.Topology) (SOL, error) {
 			weights = append(weights, t)
 		}
 	}
-	_, moved, site, err := expand(weights)
+	_, moved, site, entries, err := expand(weights, route)
 	if err != nil {
 		return sol, err
+	}
+	// A tensor quantized at its entry replicas moves twice: gathered in its
+	// source dtype, then spread in fp8 (after the other tensors here).
+	n := len(moved)
+	for ti := range n {
+		if e, ok := entries[ti]; ok {
+			moved = append(moved, e.spread)
+			site = append(site, quantAtEntry)
+		}
 	}
 	for ti, t := range moved {
 		if site[ti] == scaleAtDest {
@@ -70,7 +79,9 @@ func Bound(route string, tensors []ir.Tensor, tp *topo.Topology) (SOL, error) {
 		if err != nil {
 			return sol, fmt.Errorf("tensor %s: %w", t.Name, err)
 		}
-		sol.UniqueBytes += t.Src.Bytes()
+		if ti < n {
+			sol.UniqueBytes += t.Src.Bytes()
+		}
 		switch route {
 		case Flat:
 			boundFlat(r, move)

@@ -74,7 +74,7 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 		return nil, fmt.Errorf("topology: %w", err)
 	}
 	b := newBuilder(tp, opt)
-	sched, moved, site, err := expand(tensors)
+	sched, moved, site, entries, err := expand(tensors, opt.Route)
 	if err != nil {
 		return nil, err
 	}
@@ -91,6 +91,12 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 			return nil, fmt.Errorf("tensor %s: %w", t.Name, err)
 		}
 		b.regions = append(b.regions, r)
+		if e, ok := entries[ti]; ok {
+			if e.regions, err = derive(e.spread.Src, e.spread.Dst, opt.MaxOps); err != nil {
+				return nil, fmt.Errorf("tensor %s: %w", t.Name, err)
+			}
+			entries[ti] = e
+		}
 		ranks = append(ranks, t.Src.Mesh.Ranks...)
 		ranks = append(ranks, t.Dst.Mesh.Ranks...)
 	}
@@ -145,8 +151,11 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 		case NemoLegacy:
 			b.wave(ti, b.legacy)
 		}
-		if b.site[ti] == quantAtDest {
+		switch b.site[ti] {
+		case quantAtDest:
 			b.quantizeAtDest(ti)
+		case quantAtEntry:
+			b.spread(ti, b.quantizeAtDest(ti), entries[ti])
 		}
 	}
 	if b.cap != nil {
@@ -329,7 +338,7 @@ func (b *builder) output(ti, rank int) int32 {
 	r := b.regions[ti]
 	slot, _ := r.DstSlotOf(rank)
 	var id int32
-	if b.site[ti] == quantAtDest { // lands in the source dtype, then is quantized
+	if s := b.site[ti]; s == quantAtDest || s == quantAtEntry { // lands in the source dtype, then is quantized
 		id = b.placedAs(ir.Staging, ti, rank, r.DstSlots[slot].Box, b.mv[ti].Dst.DType)
 		b.landings = append(b.landings, landing{rank, id})
 		b.writers[id] = nil
@@ -466,8 +475,13 @@ func (b *builder) land(ti, d int, g layout.Box, at ir.Region, direct bool, recv 
 	b.laneOp(b.unpackLast, ir.Unpack, d, []int32{recv}, at, dst)
 }
 
-// localCopy copies global box g from rank d's input to its output.
+// localCopy copies global box g from rank d's input to its output; nothing
+// when they are one buffer (an entry replica's quantized output, the
+// source of its spread).
 func (b *builder) localCopy(ti, d int, g layout.Box) {
+	if b.input(ti, d) == b.output(ti, d) {
+		return
+	}
 	src, sc := b.boxIn(b.input(ti, d), g)
 	dst, dc := b.boxIn(b.output(ti, d), g)
 	if sc != dc { // one side contiguous, the other strided: copy as boxes

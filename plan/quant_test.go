@@ -34,8 +34,9 @@ func randomQuant(rng *rand.Rand) (ir.Tensor, bool) {
 
 // Random layouts with FP8 destinations, through every route and the host
 // executor: every fp8 byte and every scale equals the reference
-// quantizer's, whether the route quantizes at the source or the
-// destination; the schedule survives its JSON form.
+// quantizer's, whether the route quantizes at the source, at the
+// hierarchical route's entry replicas, or at the destination; the
+// schedule survives its JSON form.
 func TestQuantRoutesExact(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	n := 150
@@ -54,15 +55,28 @@ func TestQuantRoutesExact(t *testing.T) {
 			s2, d2 := randomLayouts(rng)
 			tensors = append(tensors, ir.Tensor{Name: "u", Src: s2, Dst: d2})
 		}
-		_, _, site, err := expand(tensors)
+		_, _, site, _, err := expand(tensors, Flat)
 		if err != nil {
 			t.Fatal(err)
 		}
 		sites[site[0]]++
+		if _, _, hs, _, _ := expand(tensors, Hierarchical); hs[0] == quantAtEntry {
+			sites[quantAtEntry]++
+		}
 		tp := randomTopology(rng)
 		chunk := int64(1 + rng.IntN(64))
+		var capBytes int64
+		if i%3 == 0 { // staging reused under a cap (quantized copies stay outside it)
+			capBytes = 1 + rng.Int64N(256)
+		}
 		for _, route := range Routes {
-			s, err := Build(tensors, tp, Options{Route: route, ChunkBytes: chunk})
+			opt := Options{Route: route, ChunkBytes: chunk, StagingCapBytes: capBytes}
+			s, err := Build(tensors, tp, opt)
+			var ce *StagingCapError
+			if errors.As(err, &ce) {
+				opt.StagingCapBytes = ce.Need
+				s, err = Build(tensors, tp, opt)
+			}
 			if err != nil {
 				t.Fatalf("case %d %s: %v\nsrc %v\ndst %v %v", i, route, err, w.Src, w.Dst, w.Quant)
 			}
@@ -117,9 +131,11 @@ func TestQuantRoutesExact(t *testing.T) {
 			}
 		}
 	}
-	if sites[quantAtSource] < n/5 || sites[quantAtDest] < n/5 {
-		t.Errorf("quantized at the source %d times, at the destination %d: the test must exercise both", sites[quantAtSource], sites[quantAtDest])
+	if sites[quantAtSource] < n/5 || sites[quantAtDest] < n/5 || sites[quantAtEntry] < n/10 {
+		t.Errorf("quantized at the source %d times, at the destination %d, at entry replicas (hierarchical) %d: the test must exercise each",
+			sites[quantAtSource], sites[quantAtDest], sites[quantAtEntry])
 	}
+	t.Logf("sites: at the source %d, at the destination %d, at entry replicas (hierarchical) %d", sites[quantAtSource], sites[quantAtDest], sites[quantAtEntry])
 }
 
 // Quantizing at the source halves the bytes on the wire: the paper's layer
@@ -180,7 +196,7 @@ func TestQuantBlockCut(t *testing.T) {
 	ts[0].Dst.DType, ts[0].Quant = layout.FP8E4M3, layout.Quant{Scheme: layout.QuantBlock, Block: layout.DefaultBlock}
 	ts[0].Src.Mesh = layout.Mesh{Shape: []int{32}, Ranks: layout.RankRange(0, 32)}
 	ts[0].Src.Placements = []layout.Placement{layout.S(1)}
-	_, _, site, err := expand(ts)
+	_, _, site, _, err := expand(ts, Flat)
 	if err != nil || site[0] != quantAtDest || site[1] != scaleAtDest {
 		t.Fatalf("source cutting blocks: sites %v, %v", site, err)
 	}
