@@ -54,25 +54,53 @@ func TestToE4M3Table(t *testing.T) {
 
 // The quantizer against an independent oracle: the nearest of the 253
 // finite fp8 values (ties to the even code), saturating at ±448.
-func TestToE4M3Nearest(t *testing.T) {
-	var vals []float64 // decoded finite non-negative codes, ascending with code
+// e4m3Vals are the finite non-negative fp8 values, by code.
+var e4m3Vals = func() (v []float64) {
 	for c := 0; c < 0x7f; c++ {
-		vals = append(vals, float64(E4M3ToFloat32(uint8(c))))
+		v = append(v, float64(E4M3ToFloat32(uint8(c))))
 	}
-	oracle := func(x float32) uint8 {
-		a := math.Abs(float64(x))
-		best := 0
-		for c := 1; c < len(vals); c++ {
-			d, bd := math.Abs(vals[c]-a), math.Abs(vals[best]-a)
-			if d < bd || (d == bd && c%2 == 0) {
-				best = c
+	return v
+}()
+
+// nearestE4M3 is the oracle: the nearest finite value, ties to the even
+// code, saturating.
+func nearestE4M3(x float32) uint8 {
+	a := math.Abs(float64(x))
+	best := 0
+	for c := 1; c < len(e4m3Vals); c++ {
+		d, bd := math.Abs(e4m3Vals[c]-a), math.Abs(e4m3Vals[best]-a)
+		if d < bd || (d == bd && c%2 == 0) {
+			best = c
+		}
+	}
+	if math.Signbit(float64(x)) {
+		return uint8(best) | 0x80
+	}
+	return uint8(best)
+}
+
+// FuzzToE4M3 checks the quantizer against the oracle on any non-NaN
+// float32.
+func FuzzToE4M3(f *testing.F) {
+	for _, v := range []float32{0, 1, 448, 464, 2.5 / 512, 1e-30, -7.5 / 512} {
+		f.Add(math.Float32bits(v))
+	}
+	f.Fuzz(func(t *testing.T, bits uint32) {
+		x := math.Float32frombits(bits)
+		if x != x {
+			if ToE4M3(x)&0x7f != 0x7f {
+				t.Fatalf("NaN %#08x -> %#02x", bits, ToE4M3(x))
 			}
+			return
 		}
-		if math.Signbit(float64(x)) {
-			return uint8(best) | 0x80
+		if got, want := ToE4M3(x), nearestE4M3(x); got != want {
+			t.Fatalf("ToE4M3(%g [%#08x]) = %#02x, the nearest is %#02x", x, bits, got, want)
 		}
-		return uint8(best)
-	}
+	})
+}
+
+func TestToE4M3Nearest(t *testing.T) {
+	vals, oracle := e4m3Vals, nearestE4M3
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := 0; i < 200000; i++ {
 		// Magnitudes over every fp8 binade and beyond, midpoints included.
