@@ -15,8 +15,13 @@
 #      tensor's boxes (bytes read + written: bf16 in, fp8 and scales out);
 #   4. m2n run of fp8-2gpu (every fp8 byte and scale checked on the GPU):
 #      loopback on one GPU, and NCCL over two;
-#   5. the whole-model FP8 scenarios at a small --scale in loopback, which
-#      m2n refuses with the numbers when the scaled buffers exceed the GPU.
+#   5. the whole-model FP8 scenarios at --scale 0.0001 in loopback (every
+#      rank on one GPU): Kimi-K2's buffers then take 90.3 GiB (one expert a
+#      layer; the 2-D weights keep whole blocks, at least 1024 rows, on 32
+#      replicas), which fits an H200; DeepSeek-V3 as NeMo-RL lays it out
+#      takes 154 GiB, which m2n refuses with the numbers (`m2n plan --check
+#      --scale 0.0001 --point dst=fp8_e4m3 SCENARIO` gives both). Neither
+#      runs on two GPUs: one GPU per rank needs 384 and 256 GPUs.
 set -uo pipefail
 OUT=${OUT:-./gpu-fp8-out}
 mkdir -p "$OUT"
@@ -47,7 +52,7 @@ for f in sys.argv[1:]:
 PY
 step "5. the whole-model FP8 scenarios, loopback, scaled"
 for sc in kimi-k2-256-128 dsv3-nemorl-gb200; do
-  timeout 600 bin/m2n run --scale "${SCALE:-0.003}" --point dst=fp8_e4m3 --iters 2 --warmup 1 --json "$sc" > "$OUT/$sc.json"
+  timeout 600 bin/m2n run --scale "${SCALE:-0.0001}" --point dst=fp8_e4m3 --iters 2 --warmup 1 --json "$sc" > "$OUT/$sc.json"
   echo "$sc: exit $?"
 done
 } 2>&1 | tee "$OUT/log.txt"
