@@ -73,6 +73,7 @@ of each route; print a summary of both.`)
 			if err != nil {
 				return fmt.Errorf("point %s, tensor %s: %w", p.Label(), t.Name, err)
 			}
+			r.Dst.DType = t.Dst.DType // shown as asked: fp8_e4m3 where quantized
 			out.Tensors = append(out.Tensors, reports.NewPlanTensor(p, t.Name, r))
 		}
 		routes, err := sel.routesOf(p)
