@@ -59,6 +59,8 @@ func TestGolden(t *testing.T) {
 		{"run-nccl-graph-refused", []string{"run", "--backend", "nccl", "--graph", "paper-2gpu"}},
 		{"sim-workload-tiny", []string{"sim", "testdata/scenarios/workload-tiny.toml"}},
 		{"plan-workload-check", []string{"plan", "--check", "--route", "nemo-legacy,hierarchical", "testdata/scenarios/workload-tiny.toml"}},
+		// FP8 in flight: every fp8 byte and scale checked on the host, each site.
+		{"plan-fp8-check", []string{"plan", "--check", "--scale", "0.0625", "fp8-2gpu"}},
 		{"workload-bad-ep", []string{"plan", "testdata/scenarios/workload-bad-ep.toml"}},
 		{"report-help", []string{"report", "--help"}},
 		{"report-needs-out", []string{"report", "paper-ffn-moe"}},
