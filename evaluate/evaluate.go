@@ -152,7 +152,7 @@ type Options struct {
 func Build(p *scenario.Point, opt plan.Options) (*ir.Schedule, error) {
 	tensors := make([]ir.Tensor, len(p.Tensors))
 	for i, t := range p.Tensors {
-		tensors[i] = ir.Tensor{Name: t.Name, Src: t.Src, Dst: t.Dst}
+		tensors[i] = ir.Tensor{Name: t.Name, Src: t.Src, Dst: t.Dst, Quant: t.Quant}
 	}
 	s, err := plan.Build(tensors, p.Topology, opt)
 	if err != nil {

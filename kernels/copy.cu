@@ -178,19 +178,27 @@ struct PatternArgs {
     int nd;
     int elem;         // element size in bytes: 1, 2, 4 or 8
     int tensor;       // tensor index, mixed into the pattern
-    int invert;       // write the complement
+    int flags;        // 1: write the complement; 2: a float dtype, clear the exponent's top bit
     i64 size[M2N_MAXD];
     i64 start[M2N_MAXD];
     i64 gstride[M2N_MAXD]; // elements per index step of each dim in the global tensor
 };
 
 // pattern is splitmix64 of the tensor and the element's global index; the
-// host executor's hostexec.Pattern is the same function.
+// host executor's hostexec.Pattern is the same function. value is an
+// element: for a float dtype (flags & 2) the exponent's top bit (bit
+// 8 x elem - 2) is cleared so the value is finite (hostexec.Value).
 __device__ __forceinline__ u64 pattern(int t, u64 g) {
     u64 z = (u64)t * 0x9E3779B97F4A7C15ULL + g + 0x632BE59BD9B4E019ULL;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
     return z ^ (z >> 31);
+}
+
+__device__ __forceinline__ u64 value(const struct PatternArgs& a, u64 g) {
+    u64 v = pattern(a.tensor, g);
+    if (a.flags & 2) v &= ~(1ULL << (8 * a.elem - 2));
+    return v;
 }
 
 __device__ __forceinline__ u64 global_index(const PatternArgs& a, i64 i) {
@@ -220,8 +228,8 @@ __device__ __forceinline__ u64 mask(int elem) {
 extern "C" __global__ void fill(PatternArgs a) {
     i64 step = (i64)gridDim.x * blockDim.x;
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < a.elems; i += step) {
-        u64 v = pattern(a.tensor, global_index(a, i));
-        if (a.invert) v = ~v;
+        u64 v = value(a, global_index(a, i));
+        if (a.flags & 1) v = ~v;
         unsigned char* p = (unsigned char*)a.buf + i * a.elem;
         switch (a.elem) {
         case 1: *p = (unsigned char)v; break;
@@ -239,7 +247,7 @@ extern "C" __global__ void verify(PatternArgs a, u64* bad) {
     u64 m = mask(a.elem);
     u64 count = 0, first = ~0ULL;
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < a.elems; i += step) {
-        u64 want = pattern(a.tensor, global_index(a, i)) & m;
+        u64 want = value(a, global_index(a, i)) & m;
         u64 got = load((const unsigned char*)a.buf + i * a.elem, a.elem);
         if (got != want) {
             count++;
@@ -250,4 +258,259 @@ extern "C" __global__ void verify(PatternArgs a, u64* bad) {
         atomicAdd(&bad[0], count);
         atomicMin(&bad[1], first);
     }
+}
+
+// ---- fp8_e4m3 quantization (docs/ir.md, "quantize") ----
+//
+// The reference is layout.QuantizeBlock in Go: per block, amax = max |x|
+// (float32), scale = amax / 448 rounded to nearest (1 when amax is 0), each
+// q = to_e4m3(x / scale) with the division rounded to nearest even. The
+// intrinsics __fdiv_rn and __fadd_rn keep the arithmetic IEEE whatever the
+// compiler flags.
+
+__device__ __forceinline__ float bf16_to_f(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
+
+__device__ __forceinline__ float f16_to_f(unsigned short h) {
+    unsigned s = (unsigned)(h >> 15) << 31, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    if (e == 0x1f) return __uint_as_float(s | 0x7f800000u | (m << 13));
+    if (e == 0) {
+        float f = (float)m * 5.9604644775390625e-08f; // m x 2^-24, exact
+        return s ? -f : f;
+    }
+    return __uint_as_float(s | ((e + 112) << 23) | (m << 13));
+}
+
+// to_e4m3 is layout.ToE4M3: round to nearest even, saturate at +-448, NaN
+// to 0x7f; PyTorch's c10 conversion below 464.
+__device__ __forceinline__ unsigned char to_e4m3(float f) {
+    unsigned b = __float_as_uint(f);
+    unsigned char sign = (unsigned char)((b >> 24) & 0x80);
+    b &= 0x7fffffffu;
+    if (b > 0x7f800000u) return sign | 0x7f;
+    if (b >= 0x43e00000u) return sign | 0x7e;
+    if (b < (121u << 23)) {
+        float s = __fadd_rn(__uint_as_float(b), __uint_as_float(141u << 23));
+        return sign | (unsigned char)(__float_as_uint(s) - (141u << 23));
+    }
+    unsigned odd = (b >> 20) & 1;
+    b -= 120u << 23;
+    b += 0x7ffffu + odd;
+    return sign | (unsigned char)(b >> 20);
+}
+
+__device__ __forceinline__ i64 imin(i64 a, i64 b) { return a < b ? a : b; }
+
+__device__ __forceinline__ float quant_scale(float amax) { return amax == 0.0f ? 1.0f : __fdiv_rn(amax, 448.0f); }
+
+// QuantArgs describes quantizing a box whose last two dims hold whole
+// blocks: `lead` matrices (the leading dims, sizes in `size`), each rows x
+// cols, in blocks of br x bc. Strides are in elements, per side: the
+// leading dims', then the row's (columns are contiguous); the scale side's
+// are over the scale box (leading dims, then block rows; block columns
+// contiguous).
+struct QuantArgs {
+    u64 src, dst, scale;
+    i64 lead, rows, cols, br, bc, nbr, nbc;
+    int nlead;
+    int sdt; // source dtype: 1 bf16, 2 fp16, 3 fp32
+    i64 size[M2N_MAXD];
+    i64 src_stride[M2N_MAXD];
+    i64 dst_stride[M2N_MAXD];
+    i64 scale_stride[M2N_MAXD];
+};
+
+__device__ __forceinline__ float quant_load(const QuantArgs& a, i64 off) {
+    switch (a.sdt) {
+    case 1: return bf16_to_f(((const unsigned short*)a.src)[off]);
+    case 2: return f16_to_f(((const unsigned short*)a.src)[off]);
+    default: return ((const float*)a.src)[off];
+    }
+}
+
+// Loads V consecutive elements at element offset off (16-byte aligned for
+// V > 1: 8 of bf16 or fp16, 4 of fp32).
+template <int V>
+__device__ __forceinline__ void quant_loadv(const QuantArgs& a, i64 off, float* x) {
+    if (V == 1) {
+        x[0] = quant_load(a, off);
+        return;
+    }
+    union { v16 u; unsigned short h[8]; float f[4]; } w;
+    w.u = *(const v16*)((const unsigned char*)a.src + off * (a.sdt == 3 ? 4 : 2));
+    for (int k = 0; k < V; ++k) x[k] = a.sdt == 1 ? bf16_to_f(w.h[k]) : a.sdt == 2 ? f16_to_f(w.h[k]) : w.f[k];
+}
+
+template <int V>
+__device__ __forceinline__ void quant_storev(const QuantArgs& a, i64 off, const unsigned char* q) {
+    unsigned char* p = (unsigned char*)a.dst + off;
+    if (V == 8) {
+        u64 w = 0;
+        for (int k = 0; k < 8; ++k) w |= (u64)q[k] << (8 * k);
+        *(u64*)p = w;
+    } else if (V == 4) {
+        unsigned w = 0;
+        for (int k = 0; k < 4; ++k) w |= (unsigned)q[k] << (8 * k);
+        *(unsigned*)p = w;
+    } else {
+        for (int k = 0; k < V; ++k) p[k] = q[k];
+    }
+}
+
+// block_max reduces v over the thread block (blockDim.x a multiple of 32,
+// at most 1024); every thread gets the result.
+__device__ __forceinline__ float block_max(float v, float* red) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    int w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) red[w] = v;
+    __syncthreads();
+    v = threadIdx.x < (unsigned)nw ? red[threadIdx.x] : 0.0f;
+    if (w == 0)
+        for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if (threadIdx.x == 0) red[32] = v;
+    __syncthreads();
+    return red[32];
+}
+
+// quantize_e4m3_V: a thread block per quantization block (grid-strided),
+// V elements a thread at a time: V = 1 anywhere; V = 8 (bf16, fp16) or 4
+// (fp32) when every block row is a whole number of 16-byte-aligned vectors
+// on the source and V-byte-aligned on the destination (native checks).
+template <int V>
+__device__ void quantize_e4m3(const QuantArgs& a) {
+    __shared__ float red[33];
+    i64 nblocks = a.lead * a.nbr * a.nbc;
+    for (i64 b = blockIdx.x; b < nblocks; b += gridDim.x) {
+        i64 j = b % a.nbc, t = b / a.nbc;
+        i64 i = t % a.nbr, l = t / a.nbr;
+        i64 so = 0, dof = 0, sco = 0, r = l;
+        for (int k = a.nlead - 1; k >= 0; --k) {
+            i64 x = r % a.size[k];
+            r /= a.size[k];
+            so += x * a.src_stride[k];
+            dof += x * a.dst_stride[k];
+            sco += x * a.scale_stride[k];
+        }
+        i64 r0 = i * a.br, c0 = j * a.bc;
+        i64 nr = imin(a.br, a.rows - r0), nc = imin(a.bc, a.cols - c0);
+        i64 nv = nc / V; // vectors a row
+        i64 srow = a.src_stride[a.nlead], drow = a.dst_stride[a.nlead];
+        float amax = 0.0f;
+        for (i64 e = threadIdx.x; e < nr * nv; e += blockDim.x) {
+            i64 rr = e / nv, cc = (e % nv) * V;
+            float x[V];
+            quant_loadv<V>(a, so + (r0 + rr) * srow + c0 + cc, x);
+            for (int k = 0; k < V; ++k) amax = fmaxf(amax, fabsf(x[k]));
+        }
+        amax = block_max(amax, red);
+        float s = quant_scale(amax);
+        if (threadIdx.x == 0) ((float*)a.scale)[sco + i * a.scale_stride[a.nlead] + j] = s;
+        for (i64 e = threadIdx.x; e < nr * nv; e += blockDim.x) {
+            i64 rr = e / nv, cc = (e % nv) * V;
+            float x[V];
+            unsigned char q[V];
+            quant_loadv<V>(a, so + (r0 + rr) * srow + c0 + cc, x);
+            for (int k = 0; k < V; ++k) q[k] = to_e4m3(__fdiv_rn(x[k], s));
+            quant_storev<V>(a, dof + (r0 + rr) * drow + c0 + cc, q);
+        }
+    }
+}
+
+extern "C" __global__ void quantize_e4m3_1(QuantArgs a) { quantize_e4m3<1>(a); }
+extern "C" __global__ void quantize_e4m3_4(QuantArgs a) { quantize_e4m3<4>(a); }
+extern "C" __global__ void quantize_e4m3_8(QuantArgs a) { quantize_e4m3<8>(a); }
+
+// QuantCheckArgs describes an output of a quantized tensor to verify: the
+// fp8 bytes of a block-aligned global box of the weight (scales = 0), or
+// the scales of its blocks (scales = 1), both row-major. The expected
+// values are recomputed from the source pattern (flags as PatternArgs'),
+// so the check is independent of the schedule.
+struct QuantCheckArgs {
+    u64 buf;
+    int tensor;
+    int sdt;   // 1 bf16, 2 fp16, 3 fp32
+    int nd;
+    int scales;
+    i64 br, bc;
+    i64 start[M2N_MAXD];
+    i64 size[M2N_MAXD];
+    i64 gstride[M2N_MAXD];
+};
+
+__device__ __forceinline__ float check_value(const QuantCheckArgs& a, const i64* idx) {
+    u64 g = 0;
+    for (int d = 0; d < a.nd; ++d) g += (u64)(a.start[d] + idx[d]) * (u64)a.gstride[d];
+    u64 v = pattern(a.tensor, g);
+    int elem = a.sdt == 3 ? 4 : 2;
+    v &= ~(1ULL << (8 * elem - 2));
+    return a.sdt == 1 ? bf16_to_f((unsigned short)v) : a.sdt == 2 ? f16_to_f((unsigned short)v) : __uint_as_float((unsigned)v);
+}
+
+// verify_quant counts wrong fp8 bytes (or scales) in bad[0] and keeps the
+// smallest wrong index in bad[1]; a thread block per quantization block.
+extern "C" __global__ void verify_quant(QuantCheckArgs a, u64* bad) {
+    __shared__ float red[33];
+    int nd = a.nd;
+    i64 rows = a.size[nd - 2], cols = a.size[nd - 1];
+    i64 nbr = (rows + a.br - 1) / a.br, nbc = (cols + a.bc - 1) / a.bc;
+    i64 lead = 1;
+    for (int d = 0; d < nd - 2; ++d) lead *= a.size[d];
+    u64 count = 0, first = ~0ULL;
+    for (i64 b = blockIdx.x; b < lead * nbr * nbc; b += gridDim.x) {
+        i64 j = b % nbc, t = b / nbc;
+        i64 i = t % nbr, l = t / nbr;
+        i64 idx[M2N_MAXD];
+        i64 r = l;
+        for (int d = nd - 3; d >= 0; --d) {
+            idx[d] = r % a.size[d];
+            r /= a.size[d];
+        }
+        i64 r0 = i * a.br, c0 = j * a.bc;
+        i64 nr = imin(a.br, rows - r0), nc = imin(a.bc, cols - c0);
+        float amax = 0.0f;
+        for (i64 e = threadIdx.x; e < nr * nc; e += blockDim.x) {
+            idx[nd - 2] = r0 + e / nc;
+            idx[nd - 1] = c0 + e % nc;
+            amax = fmaxf(amax, fabsf(check_value(a, idx)));
+        }
+        amax = block_max(amax, red);
+        float s = quant_scale(amax);
+        if (a.scales) {
+            i64 at = (l * nbr + i) * nbc + j;
+            if (threadIdx.x == 0 && __float_as_uint(((const float*)a.buf)[at]) != __float_as_uint(s)) {
+                count++;
+                if ((u64)at < first) first = (u64)at;
+            }
+            continue;
+        }
+        for (i64 e = threadIdx.x; e < nr * nc; e += blockDim.x) {
+            idx[nd - 2] = r0 + e / nc;
+            idx[nd - 1] = c0 + e % nc;
+            unsigned char want = to_e4m3(__fdiv_rn(check_value(a, idx), s));
+            i64 at = (l * rows + idx[nd - 2]) * cols + idx[nd - 1];
+            if (((const unsigned char*)a.buf)[at] != want) {
+                count++;
+                if ((u64)at < first) first = (u64)at;
+            }
+        }
+    }
+    if (count) {
+        atomicAdd(&bad[0], count);
+        atomicMin(&bad[1], first);
+    }
+}
+
+// e4m3_convert writes to_e4m3(x[i] / s[i]) for n values: the bit-equality
+// check against PyTorch (scripts/gpu-fp8.sh); s[i] = 1 converts x alone.
+struct ConvertArgs {
+    u64 x, s, q;
+    i64 n;
+};
+
+extern "C" __global__ void e4m3_convert(ConvertArgs a) {
+    const float* x = (const float*)a.x;
+    const float* s = (const float*)a.s;
+    unsigned char* q = (unsigned char*)a.q;
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (i64)gridDim.x * blockDim.x)
+        q[i] = to_e4m3(__fdiv_rn(x[i], s[i]));
 }

@@ -1,6 +1,10 @@
 package native
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/m2n-project/m2n/model/layout"
+)
 
 // maxDims is the most tensor dims the kernels take (M2N_MAXD in copy.cu).
 const maxDims = 8
@@ -26,7 +30,7 @@ type patternArgs struct {
 	ND      int32
 	Elem    int32
 	Tensor  int32
-	Invert  int32
+	Flags   int32 // patternInvert | patternFloat
 	Size    [maxDims]int64
 	Start   [maxDims]int64
 	GStride [maxDims]int64
@@ -145,17 +149,28 @@ func emulateBoxCopy(mem []byte, a boxArgs) {
 	}
 }
 
+// PatternArgs.flags: write the complement; clear the exponent's top bit
+// (hostexec.FiniteMask) of a float dtype.
+const (
+	patternInvert = 1
+	patternFloat  = 2
+)
+
 // planPattern computes the fill/verify arguments of a buffer that holds
-// box of a tensor of global shape shape.
-func planPattern(addr uint64, tensor int, shape []int64, start, size []int64, elem int64, invert bool) (patternArgs, error) {
+// box of a tensor of global shape shape and dtype dt.
+func planPattern(addr uint64, tensor int, shape []int64, start, size []int64, dt layout.DType, invert bool) (patternArgs, error) {
 	var a patternArgs
+	elem := dt.Size()
 	nd := len(shape)
 	if nd > maxDims {
 		return a, fmt.Errorf("a tensor of %d dims: the kernels take at most %d", nd, maxDims)
 	}
 	a.Buf, a.ND, a.Elem, a.Tensor = addr, int32(nd), int32(elem), int32(tensor)
 	if invert {
-		a.Invert = 1
+		a.Flags |= patternInvert
+	}
+	if dt.Float() {
+		a.Flags |= patternFloat
 	}
 	a.Elems = 1
 	g := int64(1)

@@ -660,7 +660,32 @@ func (g *cudaGPU) fill(a *patternArgs, st handle) error {
 	return g.launch(dev, "fill", int(max(grid, 1)), 256, st, unsafe.Pointer(&args), unsafe.Sizeof(args), 0, 1)
 }
 
+func (g *cudaGPU) quantize(a *quantArgs, kernel string, st handle) error {
+	dev := g.owner[st]
+	args := *a
+	grid := min(a.Lead*a.NBR*a.NBC, int64(8*g.sms[dev]))
+	return g.launch(dev, kernel, int(max(grid, 1)), 256, st, unsafe.Pointer(&args), unsafe.Sizeof(args), 0, 1)
+}
+
+func (g *cudaGPU) verifyQuant(a *quantCheckArgs, st handle) (bad, first int64, err error) {
+	args := *a
+	var blocks int64 = 1
+	for d := 0; d < int(a.ND)-2; d++ {
+		blocks *= a.Size[d]
+	}
+	blocks *= (a.Size[a.ND-2] + a.BR - 1) / a.BR * ((a.Size[a.ND-1] + a.BC - 1) / a.BC)
+	return g.verifyWith(st, "verify_quant", blocks, unsafe.Pointer(&args), unsafe.Sizeof(args))
+}
+
 func (g *cudaGPU) verify(a *patternArgs, st handle) (bad, first int64, err error) {
+	args := *a
+	return g.verifyWith(st, "verify", (a.Elems+255)/256, unsafe.Pointer(&args), unsafe.Sizeof(args))
+}
+
+// verifyWith runs a verify kernel (its argument struct, then the counter)
+// on up to `blocks` blocks of 256 threads and returns the count of wrong
+// elements and the first.
+func (g *cudaGPU) verifyWith(st handle, kernel string, blocks int64, arg unsafe.Pointer, size uintptr) (bad, first int64, err error) {
 	dev := g.owner[st]
 	cnt := g.counter[dev]
 	err = g.on(dev, func() error {
@@ -675,9 +700,8 @@ func (g *cudaGPU) verify(a *patternArgs, st handle) (bad, first int64, err error
 	if err != nil {
 		return
 	}
-	args := *a
-	grid := min((a.Elems+255)/256, int64(8*g.sms[dev]))
-	if err = g.launch(dev, "verify", int(max(grid, 1)), 256, st, unsafe.Pointer(&args), unsafe.Sizeof(args), cnt, 2); err != nil {
+	grid := min(blocks, int64(8*g.sms[dev]))
+	if err = g.launch(dev, kernel, int(max(grid, 1)), 256, st, arg, size, cnt, 2); err != nil {
 		return
 	}
 	if err = g.sync(st); err != nil {

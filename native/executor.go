@@ -105,6 +105,10 @@ type gpu interface {
 	copyOn(dst, src uint64, n int64, blocks int, st handle) error
 	fill(a *patternArgs, st handle) error
 	verify(a *patternArgs, st handle) (bad, first int64, err error)
+	// quantize runs a quantize op's kernel; verifyQuant checks an output
+	// of a quantized tensor (fp8 bytes or scales) as verify does.
+	quantize(a *quantArgs, kernel string, st handle) error
+	verifyQuant(a *quantCheckArgs, st handle) (bad, first int64, err error)
 	// NCCL, for the waves mode.
 	groupStart() error
 	groupEnd() error
@@ -488,7 +492,7 @@ func (x *Executor) fill() error {
 			continue
 		}
 		t := &x.s.Tensors[b.Tensor]
-		a, err := planPattern(x.bufAddr[i], b.Tensor, t.Src.Shape, b.Box.Start, b.Box.Size, t.Src.DType.Size(), b.Kind == ir.Output)
+		a, err := planPattern(x.bufAddr[i], b.Tensor, t.Src.Shape, b.Box.Start, b.Box.Size, x.s.BufDType(int32(i)), b.Kind == ir.Output)
 		if err != nil {
 			return err
 		}
@@ -509,13 +513,21 @@ func (x *Executor) check(res *Result) error {
 			continue
 		}
 		t := &x.s.Tensors[b.Tensor]
-		a, err := planPattern(x.bufAddr[i], b.Tensor, t.Src.Shape, b.Box.Start, b.Box.Size, t.Src.DType.Size(), false)
-		if err != nil {
+		var bad, first int64
+		if qa, ok, err := planQuantCheck(x.s, i, x.bufAddr[i]); err != nil {
 			return err
-		}
-		bad, first, err := x.g.verify(&a, x.origin[d])
-		if err != nil {
-			return err
+		} else if ok { // fp8 bytes or scales, against the quantized pattern
+			if bad, first, err = x.g.verifyQuant(&qa, x.origin[d]); err != nil {
+				return err
+			}
+		} else {
+			a, err := planPattern(x.bufAddr[i], b.Tensor, t.Src.Shape, b.Box.Start, b.Box.Size, t.Src.DType, false)
+			if err != nil {
+				return err
+			}
+			if bad, first, err = x.g.verify(&a, x.origin[d]); err != nil {
+				return err
+			}
 		}
 		res.CheckedBytes += b.Bytes
 		if bad > 0 {
@@ -676,7 +688,7 @@ func (x *Executor) issue(st *program.Step) error {
 		if err := waitOn(st.Stream, st.Waits); err != nil {
 			return err
 		}
-		if err := x.local1(op, stream); err != nil {
+		if err := x.local1(st.Op, stream); err != nil {
 			return err
 		}
 		if st.Record >= 0 {
@@ -766,8 +778,16 @@ func ipcEligible(s *ir.Schedule) error {
 // addr is the device address of a byte range (or a box's buffer base).
 func (x *Executor) addr(r ir.Region) uint64 { return x.bufAddr[r.Buf] + uint64(r.Offset) }
 
-// local1 issues a copy, pack or unpack.
-func (x *Executor) local1(op *ir.Op, st handle) error {
+// local1 issues a copy, pack, unpack or quantize.
+func (x *Executor) local1(i int32, st handle) error {
+	op := &x.s.Ops[i]
+	if op.Kind == ir.Quantize {
+		a, kernel, err := x.planQuant(i)
+		if err != nil {
+			return err
+		}
+		return x.g.quantize(&a, kernel, st)
+	}
 	if !op.Src.IsBox() && !op.Dst.IsBox() {
 		if x.mode == program.Waves && x.opt.LocalCopyBlocks >= 0 {
 			return x.g.copyOn(x.addr(op.Dst), x.addr(op.Src), op.Src.Bytes, x.opt.LocalCopyBlocks, st)
@@ -799,9 +819,9 @@ func (x *Executor) boxArgs(op *ir.Op) (boxArgs, string, error) {
 	src, dst := side(op.Src, op.Dst), side(op.Dst, op.Src)
 	var elem int64
 	if b := &s.Buffers[op.Src.Buf]; b.Placed() {
-		elem = s.Elem(b.Tensor)
+		elem = s.BufElem(op.Src.Buf)
 	} else {
-		elem = s.Elem(s.Buffers[op.Dst.Buf].Tensor)
+		elem = s.BufElem(op.Dst.Buf)
 	}
 	return planBoxCopy(src, dst, size, elem)
 }

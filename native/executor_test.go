@@ -80,7 +80,12 @@ func randomSchedule(t *testing.T, rng *rand.Rand) *ir.Schedule {
 
 func runFake(t *testing.T, s *ir.Schedule, opt Options, devices int, seed uint64) *Result {
 	t.Helper()
-	g := newFake(devices, seed)
+	return runOn(t, newFake(devices, seed), s, opt)
+}
+
+// runOn runs a schedule on a fake GPU.
+func runOn(t *testing.T, g *fakeGPU, s *ir.Schedule, opt Options) *Result {
+	t.Helper()
 	devOf, peerOf, comms := map[int32]int{}, map[int32]int{}, map[int][]handle{}
 	for i, r := range s.World {
 		d := 0

@@ -33,6 +33,9 @@ type fakeGPU struct {
 	inFly          map[[3]int][][]byte // NCCL: data sent on communicator set c from peer a to b, not yet received
 	nextH          handle
 	waves          int
+	quantKernels   map[string]int // quantize launches by kernel
+	quantChecks    int            // verifyQuant calls
+	corrupt        string         // "fp8" or "scale": flip a bit of what quantize writes
 }
 
 type fakeOp struct {
@@ -44,7 +47,7 @@ func newFake(devices int, seed uint64) *fakeGPU {
 	// 4 MiB a device: the random schedules need a few KiB (the executor
 	// asks for an eighth of it free besides), and a large fake memory only
 	// costs the tests time and host memory.
-	f := &fakeGPU{rng: rand.New(rand.NewPCG(seed, 1)), devMem: 4 << 20, devOf: map[handle]int{}, inFly: map[[3]int][][]byte{}, nextH: 1}
+	f := &fakeGPU{rng: rand.New(rand.NewPCG(seed, 1)), devMem: 4 << 20, devOf: map[handle]int{}, inFly: map[[3]int][][]byte{}, nextH: 1, quantKernels: map[string]int{}}
 	f.mem = make([]byte, int64(devices)*f.devMem)
 	f.next = make([]int64, devices)
 	return f
@@ -149,7 +152,10 @@ func (f *fakeGPU) patternWalk(a patternArgs, fn func(i int64, want []byte)) {
 			g += uint64(a.Start[d]+idx[d]) * uint64(a.GStride[d])
 		}
 		v := hostexec.Pattern(int(a.Tensor), g)
-		if a.Invert != 0 {
+		if a.Flags&patternFloat != 0 {
+			v &^= 1 << (8*a.Elem - 2)
+		}
+		if a.Flags&patternInvert != 0 {
 			v = ^v
 		}
 		binary.LittleEndian.PutUint64(tmp[:], v)
@@ -179,6 +185,28 @@ func (f *fakeGPU) verify(a *patternArgs, st handle) (int64, int64, error) {
 			bad++
 		}
 	})
+	return bad, first, nil
+}
+func (f *fakeGPU) quantize(a *quantArgs, kernel string, st handle) error {
+	args := *a
+	f.quantKernels[kernel]++
+	f.enqueue(st, fakeOp{run: func() {
+		emulateQuant(f.mem, args)
+		switch f.corrupt {
+		case "fp8":
+			f.mem[args.Dst] ^= 1
+		case "scale":
+			f.mem[args.Scale] ^= 1
+		}
+	}})
+	return nil
+}
+func (f *fakeGPU) verifyQuant(a *quantCheckArgs, st handle) (int64, int64, error) {
+	if err := f.drain(); err != nil {
+		return 0, 0, err
+	}
+	f.quantChecks++
+	bad, first := emulateQuantCheck(f.mem, *a)
 	return bad, first, nil
 }
 func (f *fakeGPU) groupStart() error {

@@ -49,12 +49,39 @@ func Bound(route string, tensors []ir.Tensor, tp *topo.Topology) (SOL, error) {
 	if route == NemoLegacy {
 		roots = stageRoots(tensors)
 	}
+	// Quantized tensors are bound as they move: fp8 and scales when
+	// quantized at the source, the source dtype when at the destination.
+	// A schedule's tensors hold scale tensors; expand derives them again.
+	var weights []ir.Tensor
 	for _, t := range tensors {
+		if t.ScaleOf == 0 {
+			weights = append(weights, t)
+		}
+	}
+	_, moved, site, entries, err := expand(weights, route)
+	if err != nil {
+		return sol, err
+	}
+	// A tensor quantized at its entry replicas moves twice: gathered in its
+	// source dtype, then spread in fp8 (after the other tensors here).
+	n := len(moved)
+	for ti := range n {
+		if e, ok := entries[ti]; ok {
+			moved = append(moved, e.spread)
+			site = append(site, quantAtEntry)
+		}
+	}
+	for ti, t := range moved {
+		if site[ti] == scaleAtDest {
+			continue
+		}
 		r, err := Derive(t.Src, t.Dst)
 		if err != nil {
 			return sol, fmt.Errorf("tensor %s: %w", t.Name, err)
 		}
-		sol.UniqueBytes += t.Src.Bytes()
+		if ti < n {
+			sol.UniqueBytes += t.Src.Bytes()
+		}
 		switch route {
 		case Flat:
 			boundFlat(r, move)

@@ -74,17 +74,33 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 		return nil, fmt.Errorf("topology: %w", err)
 	}
 	b := newBuilder(tp, opt)
+	sched, moved, site, entries, err := expand(tensors, opt.Route)
+	if err != nil {
+		return nil, err
+	}
+	b.mv, b.site = moved, site
 	var ranks []int
-	for _, t := range tensors {
-		r, err := derive(t.Src, t.Dst, opt.MaxOps)
+	for ti, t := range sched {
+		b.s.Tensors = append(b.s.Tensors, t)
+		if site[ti] == scaleAtDest { // written by its weight's quantize ops
+			b.regions = append(b.regions, nil)
+			continue
+		}
+		r, err := derive(moved[ti].Src, moved[ti].Dst, opt.MaxOps)
 		if err != nil {
 			return nil, fmt.Errorf("tensor %s: %w", t.Name, err)
 		}
 		b.regions = append(b.regions, r)
-		b.s.Tensors = append(b.s.Tensors, ir.Tensor{Name: t.Name, Src: t.Src, Dst: t.Dst})
+		if e, ok := entries[ti]; ok {
+			if e.regions, err = derive(e.spread.Src, e.spread.Dst, opt.MaxOps); err != nil {
+				return nil, fmt.Errorf("tensor %s: %w", t.Name, err)
+			}
+			entries[ti] = e
+		}
 		ranks = append(ranks, t.Src.Mesh.Ranks...)
 		ranks = append(ranks, t.Dst.Mesh.Ranks...)
 	}
+	tensors = moved
 	if err := tp.CheckRanks(ranks); err != nil {
 		return nil, fmt.Errorf("topology: %w", err)
 	}
@@ -93,6 +109,9 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 	// the whole tensor that agbcast and nemo-legacy gather on one rank.
 	for ti, t := range tensors {
 		r := b.regions[ti]
+		if r == nil {
+			continue
+		}
 		need, what := int64(0), ""
 		for _, sl := range append(r.SrcSlots[:len(r.SrcSlots):len(r.SrcSlots)], r.DstSlots...) {
 			if n := sl.Box.Elems() * t.Src.DType.Size(); n > need {
@@ -109,6 +128,9 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 	// The ops limit, from the chunk counts, before anything is built.
 	var ops int64
 	for ti := range tensors {
+		if b.regions[ti] == nil {
+			continue
+		}
 		if ops = addSat(ops, b.minOps(ti, opt.MaxOps-ops)); ops > opt.MaxOps {
 			return nil, &OpsLimitError{Route: opt.Route, Ops: ops, Limit: opt.MaxOps, Chunk: opt.ChunkBytes}
 		}
@@ -116,6 +138,9 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 	b.s.Ops = slices.Grow(b.s.Ops, int(ops))
 	b.s.DepPool = slices.Grow(b.s.DepPool, int(ops))
 	for ti := range tensors {
+		if b.regions[ti] == nil {
+			continue
+		}
 		switch opt.Route {
 		case Flat:
 			b.flat(ti)
@@ -125,6 +150,12 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 			b.hierarchical(ti)
 		case NemoLegacy:
 			b.wave(ti, b.legacy)
+		}
+		switch b.site[ti] {
+		case quantAtDest:
+			b.quantizeAtDest(ti)
+		case quantAtEntry:
+			b.spread(ti, b.quantizeAtDest(ti), entries[ti])
 		}
 	}
 	if b.cap != nil {
@@ -154,7 +185,17 @@ type perRank []struct{ stamp, id int32 }
 type builder struct {
 	s       *ir.Schedule
 	tp      *topo.Topology
-	regions []*Regions
+	regions []*Regions // per tensor of the schedule; nil for a scale tensor written at the destination
+
+	// Quantized tensors (plan/quant.go): per tensor of the schedule, the
+	// tensor as the route moves it (its dtype on the wire) and where it is
+	// quantized.
+	mv       []ir.Tensor
+	site     []quantSite
+	qin      map[int64]quantIn // (weight, source rank) -> its quantized copy
+	pre      []int32           // per buffer, 1 + the quantize op that writes it (0: none)
+	landings []landing         // the landing buffers of the tensor being built
+	writers  map[int32][]int32 // per landing buffer, the ops that write it
 
 	wi              *layout.RankIndex  // rank -> its index in the world
 	inputs, outputs perRank            // the current tensor's buffers
@@ -179,6 +220,15 @@ type builder struct {
 // returns its ID.
 func (b *builder) add(op ir.Op, deps []int32) int32 {
 	d := append(b.scratch[:0], deps...)
+	// Reading a quantized copy waits for its quantize.
+	if op.Kind != ir.Recv && int(op.Src.Buf) < len(b.pre) && b.pre[op.Src.Buf] > 0 {
+		d = append(d, b.pre[op.Src.Buf]-1)
+	}
+	if len(b.landings) > 0 && op.Kind != ir.Send {
+		if w, ok := b.writers[op.Dst.Buf]; ok {
+			b.writers[op.Dst.Buf] = append(w, int32(len(b.s.Ops)))
+		}
+	}
 	slices.Sort(d)
 	d = slices.Compact(d)
 	b.scratch = d
@@ -229,7 +279,8 @@ func newBuilder(tp *topo.Topology, opt Options) *builder {
 		s:        &ir.Schedule{Route: opt.Route, ChunkBytes: opt.ChunkBytes},
 		tp:       tp,
 		pairLast: map[int64][2]int32{},
-		entered:  map[string]int{}, led: map[string]int{}, bcastRoots: rootOrder{},
+		qin:      map[int64]quantIn{}, writers: map[int32][]int32{},
+		entered: map[string]int{}, led: map[string]int{}, bcastRoots: rootOrder{},
 	}
 }
 
@@ -251,11 +302,12 @@ func (b *builder) world(ranks []int) {
 
 func (b *builder) finish() *ir.Schedule { return b.s }
 
-func (b *builder) elem(ti int) int64 { return b.s.Tensors[ti].Src.DType.Size() }
+// elem is the element size of tensor ti as the route moves it.
+func (b *builder) elem(ti int) int64 { return b.mv[ti].Src.DType.Size() }
 
 func (b *builder) placed(kind ir.BufferKind, ti, rank int, box layout.Box) int32 {
 	id := int32(len(b.s.Buffers))
-	b.s.Buffers = append(b.s.Buffers, ir.Buffer{ID: int(id), Rank: rank, Kind: kind, Tensor: ti, Box: box.Clone(), Bytes: box.Elems() * b.elem(ti)})
+	b.s.Buffers = append(b.s.Buffers, ir.Buffer{ID: int(id), Rank: rank, Kind: kind, Tensor: ti, Box: box.Clone(), Bytes: box.Elems() * b.elem(ti), DType: b.bufDType(ti, b.mv[ti].Src.DType)})
 	if buf := &b.s.Buffers[id]; kind == ir.Staging && b.cap != nil {
 		buf.InArena, buf.ArenaOffset = true, b.cap.take(rank, buf.Bytes, true)
 	}
@@ -267,6 +319,9 @@ func (b *builder) input(ti, rank int) int32 {
 	e := &b.inputs[b.wi.Pos(rank)]
 	if e.stamp == int32(ti)+1 {
 		return e.id
+	}
+	if b.site[ti] == quantAtSource {
+		return b.quantInput(ti, rank)
 	}
 	r := b.regions[ti]
 	id := b.placed(ir.Input, ti, rank, r.SrcSlots[r.SrcSlotOf(rank)].Box)
@@ -282,7 +337,14 @@ func (b *builder) output(ti, rank int) int32 {
 	}
 	r := b.regions[ti]
 	slot, _ := r.DstSlotOf(rank)
-	id := b.placed(ir.Output, ti, rank, r.DstSlots[slot].Box)
+	var id int32
+	if s := b.site[ti]; s == quantAtDest || s == quantAtEntry { // lands in the source dtype, then is quantized
+		id = b.placedAs(ir.Staging, ti, rank, r.DstSlots[slot].Box, b.mv[ti].Dst.DType)
+		b.landings = append(b.landings, landing{rank, id})
+		b.writers[id] = nil
+	} else {
+		id = b.placed(ir.Output, ti, rank, r.DstSlots[slot].Box)
+	}
 	e.stamp, e.id = int32(ti)+1, id
 	return id
 }
@@ -413,8 +475,13 @@ func (b *builder) land(ti, d int, g layout.Box, at ir.Region, direct bool, recv 
 	b.laneOp(b.unpackLast, ir.Unpack, d, []int32{recv}, at, dst)
 }
 
-// localCopy copies global box g from rank d's input to its output.
+// localCopy copies global box g from rank d's input to its output; nothing
+// when they are one buffer (an entry replica's quantized output, the
+// source of its spread).
 func (b *builder) localCopy(ti, d int, g layout.Box) {
+	if b.input(ti, d) == b.output(ti, d) {
+		return
+	}
 	src, sc := b.boxIn(b.input(ti, d), g)
 	dst, dc := b.boxIn(b.output(ti, d), g)
 	if sc != dc { // one side contiguous, the other strided: copy as boxes

@@ -35,7 +35,7 @@ func (b *builder) legacy(ti int) {
 		b.reserveLegacy()
 	}
 	r := b.regions[ti]
-	t := &b.s.Tensors[ti]
+	t := &b.mv[ti]
 	elem := b.elem(ti)
 	full := layout.Box{Start: make([]int64, len(t.Src.Shape)), Size: append([]int64(nil), t.Src.Shape...)}
 	ring := t.Src.Mesh.Ranks
@@ -225,8 +225,11 @@ func ringSegments(sl Slot, pos map[int]int, n int) []ringSegment {
 func (b *builder) reserveLegacy() {
 	ops := 0
 	for ti := range b.s.Tensors {
-		t := &b.s.Tensors[ti]
+		t := &b.mv[ti]
 		r := b.regions[ti]
+		if r == nil {
+			continue
+		}
 		elem := b.elem(ti)
 		full := layout.Box{Start: make([]int64, len(t.Src.Shape)), Size: t.Src.Shape}
 		// The broadcast: a send and a recv per chunk and destination rank,
@@ -250,7 +253,7 @@ func chunkCount(g layout.Box, elem, chunkBytes int64) int {
 // schedule's tensors, ascending, computed once.
 func (b *builder) legacyRoots() []int {
 	if b.roots == nil {
-		b.roots = stageRoots(b.s.Tensors)
+		b.roots = stageRoots(b.mv)
 	}
 	return b.roots
 }

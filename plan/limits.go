@@ -92,7 +92,7 @@ func ChunkCount(g layout.Box, elem, chunkBytes int64) int64 {
 // would take longer than building what the limit allows).
 func (b *builder) minOps(ti int, limit int64) int64 {
 	r := b.regions[ti]
-	t := &b.s.Tensors[ti]
+	t := &b.mv[ti]
 	elem, cb := b.elem(ti), b.s.ChunkBytes
 	full := layout.Box{Start: make([]int64, len(t.Src.Shape)), Size: t.Src.Shape}
 	var n int64

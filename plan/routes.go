@@ -534,7 +534,7 @@ func (b *builder) deliverCapped(ti int, ds []delivery, paths []path) {
 // domain-to-domain hops cross the network.
 func (b *builder) agbcast(ti int) {
 	r := b.regions[ti]
-	t := &b.s.Tensors[ti]
+	t := &b.mv[ti]
 	elem := b.elem(ti)
 	root := t.Src.Mesh.Ranks[0]
 	full := layout.Box{Start: make([]int64, len(t.Src.Shape)), Size: append([]int64(nil), t.Src.Shape...)}

@@ -432,6 +432,10 @@ func (e *engine) newFlow(a, b int32) {
 		}
 		f.hold(e.mem[g], coef)
 		f.bytes = float64(op.Src.Bytes)
+		if op.Kind == ir.Quantize { // reads its source once, writes fp8 and scales
+			f.coef[0] = 1
+			f.bytes = float64(op.Src.Bytes + op.Dst.Bytes + e.s.QuantScale[a].Bytes)
+		}
 	} else {
 		f.bytes = float64(op.Src.Bytes)
 		sg, dg := e.rankG[op.Rank], e.rankG[op.Peer]

@@ -179,6 +179,12 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 				lw += costs.BoxLatency
 			}
 			id := add(op, clock[proc(d)], lw, packRate(program.ClassOf(s, &op)), ds)
+			if op.Kind == ir.Quantize {
+				if m.s.QuantScale == nil {
+					m.s.QuantScale = map[int32]ir.Region{}
+				}
+				m.s.QuantScale[id] = s.QuantScale[st.Op]
+			}
 			clock[proc(d)] += records(st.Record, nil)
 			m.of[st.Op] = id
 			last[st.Stream] = id

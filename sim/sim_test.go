@@ -118,3 +118,66 @@ func TestBadInput(t *testing.T) {
 		t.Error("a negative flow cap ran")
 	}
 }
+
+// An fp8 destination: each source rank's quantize runs on its memory for
+// (source + fp8 + scale bytes) / memory bandwidth, reading and writing
+// once each, and the network carries half the bf16 bytes.
+func TestQuantizeCost(t *testing.T) {
+	bf, fp := paper(2), paper(2)
+	fp[0].Dst.DType, fp[0].Quant = layout.FP8E4M3, layout.Quant{Scheme: layout.QuantBlock, Block: layout.DefaultBlock}
+	tp := nvl72(2)
+	sa, err := plan.Build(bf, tp, plan.Options{Route: plan.Hierarchical})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := plan.Build(fp, tp, plan.Options{Route: plan.Hierarchical})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := Run(sa, tp, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Run(sb, tp, Options{Timeline: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	quant := 0
+	for i, op := range sb.Ops {
+		if op.Kind != ir.Quantize {
+			continue
+		}
+		quant++
+		// A shard of 16 experts: 448 MiB of bf16 in, 224 MiB of fp8 and
+		// 16 x 16 x 56 scales out.
+		want := int64(448<<20) + 224<<20 + 16*16*56*4
+		if got := op.Src.Bytes + op.Dst.Bytes + sb.QuantScale[int32(i)].Bytes; got != want {
+			t.Fatalf("op %d: moves %d bytes, want %d", i, got, want)
+		}
+		sp := b.Ops[i]
+		d := float64(sp.End-sp.Start) / float64(units.Second)
+		if ideal := float64(want) / float64(tp.Memory); d < ideal*0.999 || d > ideal*1.01 {
+			t.Errorf("op %d: quantize took %.3g s, want about %.3g s (its bytes at the memory bandwidth)", i, d, ideal)
+		}
+	}
+	if quant != 16 {
+		t.Errorf("%d quantize ops, want 16", quant)
+	}
+	var na, nb int64
+	for _, r := range a.Resources {
+		if r.Class == NICEgress {
+			na += r.Bytes
+		}
+	}
+	for _, r := range b.Resources {
+		if r.Class == NICEgress {
+			nb += r.Bytes
+		}
+	}
+	if want := na/2 + na/2/4096; nb != want {
+		t.Errorf("network: %d bytes in fp8, want %d (half of %d, plus scales)", nb, want, na)
+	}
+	if ratio := float64(b.Makespan) / float64(a.Makespan); ratio > 0.6 || ratio < 0.45 {
+		t.Errorf("fp8 takes %v against bf16's %v (%.2fx): want about half", b.Makespan, a.Makespan, ratio)
+	}
+}

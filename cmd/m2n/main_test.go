@@ -59,6 +59,8 @@ func TestGolden(t *testing.T) {
 		{"run-nccl-graph-refused", []string{"run", "--backend", "nccl", "--graph", "paper-2gpu"}},
 		{"sim-workload-tiny", []string{"sim", "testdata/scenarios/workload-tiny.toml"}},
 		{"plan-workload-check", []string{"plan", "--check", "--route", "nemo-legacy,hierarchical", "testdata/scenarios/workload-tiny.toml"}},
+		// FP8 in flight: every fp8 byte and scale checked on the host, each site.
+		{"plan-fp8-check", []string{"plan", "--check", "--scale", "0.0625", "fp8-2gpu"}},
 		{"workload-bad-ep", []string{"plan", "testdata/scenarios/workload-bad-ep.toml"}},
 		{"report-help", []string{"report", "--help"}},
 		{"report-needs-out", []string{"report", "paper-ffn-moe"}},
@@ -84,7 +86,7 @@ func TestIRRoundTrip(t *testing.T) {
 	data, _ := os.ReadFile(path)
 	bad := filepath.Join(t.TempDir(), "v9.json")
 	os.WriteFile(bad, []byte(strings.Replace(string(data), `"version":1`, `"version":9`, 1)), 0o644)
-	if _, stderr, code := run(t, "verify", bad); code != 1 || !strings.Contains(stderr, "version 9, but this m2n reads versions 1 to 2") {
+	if _, stderr, code := run(t, "verify", bad); code != 1 || !strings.Contains(stderr, "version 9, but this m2n reads versions 1 to 3") {
 		t.Fatalf("verify of version 9: exit %d: %s", code, stderr)
 	}
 }

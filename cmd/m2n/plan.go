@@ -67,10 +67,13 @@ of each route; print a summary of both.`)
 	var scheds []*ir.Schedule // with --check or --ir
 	for _, p := range points {
 		for _, t := range p.Tensors {
-			r, err := plan.DeriveLimit(t.Src, t.Dst, sel.maxOps) // --max-ops bounds the regions too
+			dst := t.Dst
+			dst.DType = t.Src.DType                            // a quantized destination: the regions of its elements
+			r, err := plan.DeriveLimit(t.Src, dst, sel.maxOps) // --max-ops bounds the regions too
 			if err != nil {
 				return fmt.Errorf("point %s, tensor %s: %w", p.Label(), t.Name, err)
 			}
+			r.Dst.DType = t.Dst.DType // shown as asked: fp8_e4m3 where quantized
 			out.Tensors = append(out.Tensors, reports.NewPlanTensor(p, t.Name, r))
 		}
 		routes, err := sel.routesOf(p)

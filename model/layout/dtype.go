@@ -53,6 +53,15 @@ func (d DType) Size() int64 {
 	return dtypes[d].size
 }
 
+// Float reports whether d is a floating-point dtype.
+func (d DType) Float() bool {
+	switch d {
+	case BF16, FP16, FP32, FP64, FP8E4M3, FP8E5M2:
+		return true
+	}
+	return false
+}
+
 // Valid reports whether d is one of the known dtypes.
 func (d DType) Valid() bool { return d != Invalid && int(d) < len(dtypes) }
 

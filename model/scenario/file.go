@@ -96,6 +96,16 @@ type TensorSpec struct {
 	DType string     `toml:"dtype"`
 	Src   LayoutSpec `toml:"src"`
 	Dst   LayoutSpec `toml:"dst"`
+	QuantSpec
+}
+
+// QuantSpec asks for a quantized destination ([[tensors]] and [workload]):
+// dst_dtype = "fp8_e4m3", with scales per block (block = [rows, cols],
+// default [128, 128]), per channel or per tensor.
+type QuantSpec struct {
+	DstDType string  `toml:"dst_dtype"` // "fp8_e4m3"; absent: the source dtype
+	Scales   string  `toml:"scales"`    // "block" (default), "channel", "tensor"
+	Block    []int64 `toml:"block"`     // block scales: [rows, cols]
 }
 
 // LayoutSpec is a tensor's layout on one side: a mesh, by name (Mesh) or
@@ -118,6 +128,8 @@ type WorkloadSpec struct {
 	Bucket    *Size          `toml:"bucket"` // replicated tensors are packed into buckets of this size; "0 B" turns it off
 	Trainer   *TrainerSpec   `toml:"trainer"`
 	Generator *GeneratorSpec `toml:"generator"`
+	MTP       bool           `toml:"mtp"` // move the multi-token-prediction layers too
+	QuantSpec
 }
 
 // TrainerSpec is a Megatron-LM trainer's layout. Unset sizes are 1, except

@@ -84,12 +84,8 @@ func setValue(v reflect.Value, steps []step, path string, md toml.MetaData, prim
 		}
 		return setValue(v.Index(st.index), steps[1:], path, md, prim)
 	case v.Kind() == reflect.Struct:
-		t := v.Type()
-		for i := 0; i < t.NumField(); i++ {
-			tag, _, _ := strings.Cut(t.Field(i).Tag.Get("toml"), ",")
-			if tag == st.name {
-				return setValue(v.Field(i), steps[1:], path, md, prim)
-			}
+		if f, ok := field(v, st.name); ok {
+			return setValue(f, steps[1:], path, md, prim)
 		}
 		return fmt.Errorf("key %q: no key %q here", path, st.name)
 	case v.Kind() == reflect.Map:
@@ -107,4 +103,22 @@ func setValue(v reflect.Value, steps []step, path string, md toml.MetaData, prim
 		return nil
 	}
 	return fmt.Errorf("key %q: %q is not a table", path, st.name)
+}
+
+// field returns the field of struct v whose toml tag is name, looking into
+// embedded structs (whose keys TOML reads as the outer table's).
+func field(v reflect.Value, name string) (reflect.Value, bool) {
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		tag, _, _ := strings.Cut(t.Field(i).Tag.Get("toml"), ",")
+		if tag == name {
+			return v.Field(i), true
+		}
+		if t.Field(i).Anonymous && tag == "" && v.Field(i).Kind() == reflect.Struct {
+			if f, ok := field(v.Field(i), name); ok {
+				return f, true
+			}
+		}
+	}
+	return reflect.Value{}, false
 }

@@ -74,6 +74,7 @@ type Point struct {
 type Tensor struct {
 	Name     string
 	Src, Dst layout.Layout
+	Quant    layout.Quant // a quantized destination (Dst.DType fp8_e4m3)
 	// Class groups a workload's tensors for byte breakdowns ("experts",
 	// "attention", ...; "bucket" for a bucket of replicated weights, whose
 	// Members say what it holds); empty for a [[tensors]] entry.
@@ -445,6 +446,19 @@ func (s *Scenario) resolve(f *File, p *Point) error {
 			}
 			*side.out = l
 		}
+		dd, q, err := ts.QuantSpec.resolve(dt)
+		if err != nil {
+			return fmt.Errorf("%s.%w", at, err)
+		}
+		if q.On() {
+			t.Dst.DType, t.Quant = dd, q
+			if err := layout.ValidateQuant(dt, dd, t.Src.Shape, q); err != nil {
+				return fmt.Errorf("%s.dst_dtype = %q: %w", at, ts.DstDType, err)
+			}
+			if err := layout.CheckBlocks(t.Dst, q); err != nil {
+				return fmt.Errorf("%s.dst: %w", at, err)
+			}
+		}
 		ranks = append(ranks, t.Src.Mesh.Ranks...)
 		ranks = append(ranks, t.Dst.Mesh.Ranks...)
 		p.Tensors = append(p.Tensors, t)
@@ -670,9 +684,72 @@ func (p *Point) Scale(f float64) error {
 		t := &p.Tensors[i]
 		shape := append([]int64(nil), t.Src.Shape...)
 		shape[0] = max(1, int64(math.Ceil(float64(shape[0])*f)))
+		if n := t.Src.Shape[0]; t.Quant.On() && len(shape) == 2 {
+			// Dim 0 holds blocks: keep every shard of both sides in whole
+			// blocks, in a multiple of the block rows times each side's
+			// shards of dim 0 (at most the unscaled rows).
+			br, _ := t.Quant.Blocks(t.Src.Shape)
+			unit := br * lcm(shards0(t.Src), shards0(t.Dst))
+			shape[0] = min(n, (shape[0]+unit-1)/unit*unit)
+		}
 		t.Src.Shape, t.Dst.Shape = shape, shape
 	}
 	return nil
+}
+
+// shards0 is how many pieces a layout splits dim 0 into.
+func shards0(l layout.Layout) int64 {
+	n := int64(1)
+	for a, pl := range l.Placements {
+		if pl.Shard && pl.Dim == 0 {
+			n *= int64(l.Mesh.Shape[a])
+		}
+	}
+	return n
+}
+
+func lcm(a, b int64) int64 {
+	x, y := a, b
+	for y != 0 {
+		x, y = y, x%y
+	}
+	return a / x * b
+}
+
+// resolve reads a quantized destination: its dtype and scales; the zero
+// Quant when dst_dtype is absent or the source dtype.
+func (q QuantSpec) resolve(src layout.DType) (layout.DType, layout.Quant, error) {
+	if q.DstDType == "" {
+		if q.Scales != "" || q.Block != nil {
+			return 0, layout.Quant{}, errors.New("scales, block: only with dst_dtype = \"fp8_e4m3\"")
+		}
+		return src, layout.Quant{}, nil
+	}
+	dd, err := layout.ParseDType(q.DstDType)
+	if err != nil {
+		return 0, layout.Quant{}, fmt.Errorf("dst_dtype: %w", err)
+	}
+	if dd == src {
+		return src, layout.Quant{}, nil
+	}
+	if dd != layout.FP8E4M3 {
+		return 0, layout.Quant{}, fmt.Errorf("dst_dtype = %q: a destination dtype other than the source's is \"fp8_e4m3\" (quantized, with scales)", q.DstDType)
+	}
+	out := layout.Quant{Scheme: layout.QuantBlock, Block: layout.DefaultBlock}
+	if q.Scales != "" {
+		if out.Scheme, err = layout.ParseQuantScheme(q.Scales); err != nil {
+			return 0, layout.Quant{}, fmt.Errorf("scales: %w", err)
+		}
+	}
+	switch {
+	case q.Block != nil && out.Scheme != layout.QuantBlock:
+		return 0, layout.Quant{}, fmt.Errorf("block = %v: only block scales have a block (scales = %q)", q.Block, q.Scales)
+	case q.Block != nil && (len(q.Block) != 2 || q.Block[0] <= 0 || q.Block[1] <= 0):
+		return 0, layout.Quant{}, fmt.Errorf("block = %v: want [rows, cols], both positive", q.Block)
+	case q.Block != nil:
+		out.Block = [2]int64{q.Block[0], q.Block[1]}
+	}
+	return dd, out, nil
 }
 
 // Match reports whether the point has every coordinate a filter names: a

@@ -60,7 +60,10 @@ func (s *Scenario) workload(ws *WorkloadSpec) ([]Tensor, []int, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("dtype: %w", err)
 	}
-	spec := workload.Spec{DType: dt, BucketBytes: workload.DefaultBucketBytes}
+	spec := workload.Spec{DType: dt, BucketBytes: workload.DefaultBucketBytes, MTP: ws.MTP}
+	if _, spec.Quant, err = ws.QuantSpec.resolve(dt); err != nil {
+		return nil, nil, err
+	}
 	if ws.Bucket != nil {
 		if *ws.Bucket < 0 {
 			return nil, nil, fmt.Errorf("bucket = %v: must not be negative (\"0 B\" turns bucketing off)", units.Bytes(*ws.Bucket))
@@ -88,7 +91,7 @@ func (s *Scenario) workload(ws *WorkloadSpec) ([]Tensor, []int, error) {
 	}
 	out := make([]Tensor, len(ts))
 	for i, t := range ts {
-		out[i] = Tensor{Name: t.Name, Src: t.Src, Dst: t.Dst, Class: t.Class, Members: t.Members}
+		out[i] = Tensor{Name: t.Name, Src: t.Src, Dst: t.Dst, Quant: t.Quant, Class: t.Class, Members: t.Members}
 	}
 	ranks := append(append([]int(nil), spec.Trainer.Ranks...), spec.Generator.Ranks...)
 	return out, ranks, nil

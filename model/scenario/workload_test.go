@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/model/workload"
 	"github.com/m2n-project/m2n/scenarios"
 )
@@ -128,5 +129,63 @@ func TestWorkloadErrors(t *testing.T) {
 				t.Errorf("ParseWith() = %v\nwant an error containing %q", err, tc.err)
 			}
 		})
+	}
+}
+
+// dst_dtype = "fp8_e4m3" quantizes the generator's linear weights (block
+// scales by default), sweeps like any key, and is refused with the field
+// named where it cannot apply; --scale keeps every quantized shard in
+// whole blocks.
+func TestWorkloadFP8(t *testing.T) {
+	doc := dsv3 + "\n[[sweep]]\nname = \"dst\"\nkey = \"workload.dst_dtype\"\nvalues = [\"bf16\", \"fp8_e4m3\"]\n"
+	s, err := ParseWith("w.toml", []byte(doc), builtinModels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := s.Points()
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func(p *Point) (n int) {
+		for _, x := range p.Tensors {
+			if x.Quant.On() {
+				n++
+				if x.Dst.DType != layout.FP8E4M3 || x.Quant.Block != layout.DefaultBlock || x.Quant.Scheme != layout.QuantBlock {
+					t.Errorf("%s: dst %v, %v", x.Name, x.Dst.DType, x.Quant)
+				}
+			}
+		}
+		return n
+	}
+	if a, b := count(ps[0]), count(ps[1]); a != 0 || b < 500 {
+		t.Errorf("quantized tensors: %d at dst=bf16, %d at dst=fp8_e4m3", a, b)
+	}
+	// --scale: the 2-D quantized weights keep dim 0 a multiple of 128 x
+	// their shards (TP 8 on the generator: 1024).
+	p := ps[1]
+	if err := p.Scale(0.01); err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range p.Tensors {
+		if x.Quant.On() {
+			if err := layout.CheckBlocks(x.Dst, x.Quant); err != nil {
+				t.Errorf("scaled %s %v: %v", x.Name, x.Dst.Shape, err)
+			}
+		}
+	}
+	for _, bad := range []struct{ add, want string }{
+		{"dst_dtype = \"fp8_e5m2\"", `dst_dtype = "fp8_e5m2": a destination dtype other than the source's is "fp8_e4m3"`},
+		{"dst_dtype = \"fp8_e4m3\"\nscales = \"row\"", `scales: unknown quantization scheme "row"`},
+		{"dst_dtype = \"fp8_e4m3\"\nblock = [128]", "block = [128]: want [rows, cols], both positive"},
+		{"block = [64, 64]", "scales, block: only with dst_dtype"},
+	} {
+		d := strings.Replace(dsv3, "dtype = \"bf16\"\n", "dtype = \"bf16\"\n"+bad.add+"\n", 1)
+		s, err := ParseWith("w.toml", []byte(d), builtinModels)
+		if err == nil {
+			_, err = s.Points()
+		}
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%s: %v, want %q", bad.add, err, bad.want)
+		}
 	}
 }

@@ -15,8 +15,11 @@ import (
 // Model families, by the model_type of a Hugging Face config.json.
 const (
 	DeepSeekV3 = "deepseek_v3" // DeepSeek-V3 / R1: MLA attention, shared + routed experts, MTP
-	Qwen3MoE   = "qwen3_moe"   // Qwen3 MoE: GQA with q/k norms, routed experts
-	Llama      = "llama"       // Llama 3.x: GQA, dense gated MLP
+	// KimiK2 is Kimi-K2's model_type: the deepseek_v3 family (its
+	// architectures: DeepseekV3ForCausalLM), read as DeepSeekV3.
+	KimiK2   = "kimi_k2"
+	Qwen3MoE = "qwen3_moe" // Qwen3 MoE: GQA with q/k norms, routed experts
+	Llama    = "llama"     // Llama 3.x: GQA, dense gated MLP
 )
 
 // Families lists the model families m2n reads, sorted.
@@ -81,6 +84,9 @@ func ParseConfig(origin string, data []byte) (*Config, error) {
 	c.ModelType = r.str("model_type")
 	if r.err != nil {
 		return nil, fmt.Errorf("%s: %w", origin, r.err)
+	}
+	if c.ModelType == KimiK2 { // Kimi-K2's config.json: DeepseekV3ForCausalLM
+		c.ModelType = DeepSeekV3
 	}
 	r.family = c.ModelType
 	switch c.ModelType {

@@ -104,8 +104,59 @@ func (c *Config) Weights() []Weight {
 	add(Weight{Name: "model.embed_tokens.weight", Trainer: "embedding.word_embeddings.weight", Class: ClassEmbedding,
 		Shape: []int64{c.Vocab, H}, Layer: LayerEmbedding, Rule: Vocab})
 	for l := range c.Layers {
+		c.layerWeights(add, l, fmt.Sprintf("decoder.layers.%d.", l))
+	}
+	add(Weight{Name: "model.norm.weight", Trainer: "decoder.final_layernorm.weight", Class: ClassNorm,
+		Shape: []int64{H}, Layer: LayerHead, Rule: Replicated})
+	if !c.TieEmbeddings {
+		add(Weight{Name: "lm_head.weight", Trainer: "output_layer.weight", Class: ClassHead,
+			Shape: []int64{c.Vocab, H}, Layer: LayerHead, Rule: Vocab})
+	}
+	return out
+}
+
+// MTPWeights lists the weights of the multi-token-prediction layers
+// (DeepSeek-V3's and Kimi-K2's layer 61, num_nextn_predict_layers), as
+// vLLM's DeepSeekMTP names them ("model.layers.61. ..."): its own
+// embedding and shared head (vocab-parallel, as the main model's), enorm,
+// hnorm, eh_proj, and a full decoder layer; on the trainer they live on
+// the last pipeline stage (Megatron's MTP block, decoder.mtp.layers.k).
+// eh_proj ([H, 2H]) is replicated on both sides: vLLM builds it as a
+// plain nn.Linear; m2n assumes Megatron does not split it either.
+// Together they hold exactly the elements of MTPParams.
+func (c *Config) MTPWeights() []Weight {
+	var out []Weight
+	add := func(w Weight) {
+		if w.HF == 0 {
+			w.HF = 1
+		}
+		out = append(out, w)
+	}
+	H := c.Hidden
+	for k := range c.MTPLayers {
+		l := c.Layers + k
 		v := fmt.Sprintf("model.layers.%d.", l)
-		m := fmt.Sprintf("decoder.layers.%d.", l)
+		m := fmt.Sprintf("mtp.layers.%d.", k)
+		w := func(name, trainer, class string, rule Rule, shape ...int64) Weight {
+			return Weight{Name: v + name, Trainer: m + trainer, Class: class, Shape: shape, Layer: l, Rule: rule}
+		}
+		add(w("embed_tokens.weight", "embedding.word_embeddings.weight", ClassEmbedding, Vocab, c.Vocab, H))
+		add(w("enorm.weight", "enorm.weight", ClassNorm, Replicated, H))
+		add(w("hnorm.weight", "hnorm.weight", ClassNorm, Replicated, H))
+		add(w("eh_proj.weight", "eh_proj.weight", ClassAttention, Latent, H, 2*H))
+		c.layerWeights(add, l, m+"transformer_layer.")
+		add(w("shared_head.norm.weight", "final_layernorm.weight", ClassNorm, Replicated, H))
+		add(w("shared_head.head.weight", "output_layer.weight", ClassHead, Vocab, c.Vocab, H))
+	}
+	return out
+}
+
+// layerWeights adds the weights of decoder layer l, named "model.layers.l."
+// for the generator and with the trainer prefix m.
+func (c *Config) layerWeights(add func(Weight), l int, m string) {
+	H := c.Hidden
+	{
+		v := fmt.Sprintf("model.layers.%d.", l)
 		w := func(name, trainer, class string, rule Rule, shape ...int64) Weight {
 			return Weight{Name: v + name, Trainer: m + trainer, Class: class, Shape: shape, Layer: l, Rule: rule}
 		}
@@ -143,7 +194,7 @@ func (c *Config) Weights() []Weight {
 			add(w("mlp.gate_up_proj.weight[gate]", "mlp.linear_fc1.weight[gate]", ClassDenseMLP, Column, I, H))
 			add(w("mlp.gate_up_proj.weight[up]", "mlp.linear_fc1.weight[up]", ClassDenseMLP, Column, I, H))
 			add(w("mlp.down_proj.weight", "mlp.linear_fc2.weight", ClassDenseMLP, Row, H, I))
-			continue
+			return
 		}
 		E, I := int64(c.Experts), c.MoEIntermediate
 		add(w("mlp.gate.weight", "mlp.router.weight", ClassRouter, Replicated, E, H))
@@ -165,11 +216,4 @@ func (c *Config) Weights() []Weight {
 			add(w("mlp.shared_experts.down_proj.weight", "mlp.shared_experts.linear_fc2.weight", ClassSharedExperts, Row, H, S))
 		}
 	}
-	add(Weight{Name: "model.norm.weight", Trainer: "decoder.final_layernorm.weight", Class: ClassNorm,
-		Shape: []int64{H}, Layer: LayerHead, Rule: Replicated})
-	if !c.TieEmbeddings {
-		add(Weight{Name: "lm_head.weight", Trainer: "output_layer.weight", Class: ClassHead,
-			Shape: []int64{c.Vocab, H}, Layer: LayerHead, Rule: Vocab})
-	}
-	return out
 }

@@ -27,6 +27,13 @@ type Spec struct {
 	// BucketBytes bounds the buckets that replicated tensors are packed
 	// into; 0 turns bucketing off.
 	BucketBytes int64
+	// Quant, when on, quantizes the generator's linear weights (attention,
+	// dense MLPs, experts, shared experts; two dims or more) to fp8_e4m3
+	// with these scales, as vLLM's block-FP8 (and FP8) methods hold them;
+	// embeddings, the LM head, norms and routers stay in DType.
+	Quant layout.Quant
+	// MTP moves the multi-token-prediction layers too ([Config.MTPWeights]).
+	MTP bool
 }
 
 // Tensor is one tensor to move, with both layouts: a weight (or one part
@@ -36,6 +43,7 @@ type Tensor struct {
 	Class    string // a Class constant; ClassBucket for a bucket
 	Stage    int    // the trainer pipeline stage that holds it
 	Src, Dst layout.Layout
+	Quant    layout.Quant // a quantized weight: Dst.DType is fp8_e4m3
 	// Members lists a bucket's weights in the order they are concatenated
 	// (flattened, row-major); empty for a single weight.
 	Members []Member
@@ -82,6 +90,12 @@ func (s *Spec) Tensors() ([]Tensor, error) {
 	c := s.Config
 	tr := s.Trainer.Resolved(c)
 	ws := c.Weights()
+	if s.MTP {
+		if c.MTPLayers == 0 {
+			return nil, fmt.Errorf("mtp = true: the model has no multi-token-prediction layer (num_nextn_predict_layers = 0)")
+		}
+		ws = append(ws, c.MTPWeights()...)
+	}
 	out := make([]Tensor, 0, len(ws))
 	for i := range ws {
 		w := &ws[i]
@@ -92,12 +106,33 @@ func (s *Spec) Tensors() ([]Tensor, error) {
 				return nil, fmt.Errorf("%s (%s): %s layout: %w (a bug in m2n)", w.Name, w.Rule, [2]string{"trainer", "generator"}[side], err)
 			}
 		}
+		if s.Quant.On() && quantized(w) {
+			t.Dst.DType, t.Quant = layout.FP8E4M3, s.Quant
+			if err := layout.ValidateQuant(s.DType, t.Dst.DType, w.Shape, s.Quant); err != nil {
+				return nil, fmt.Errorf("dst_dtype = \"fp8_e4m3\": %w", err)
+			}
+			if err := layout.CheckBlocks(t.Dst, s.Quant); err != nil {
+				return nil, fmt.Errorf("dst_dtype = \"fp8_e4m3\" (%v scales): generator tp = %d, ep = %d: %s: %w", s.Quant, s.Generator.TP, s.Generator.EP, w.Name, err)
+			}
+		}
 		out = append(out, t)
 	}
 	if s.BucketBytes > 0 {
 		out = Bucket(out, s.BucketBytes)
 	}
 	return out, nil
+}
+
+// quantized reports whether a quantized generator holds the weight in
+// fp8: the linear layers (attention, dense MLPs, routed and shared
+// experts), as DeepSeek-V3's and Kimi-K2's FP8 checkpoints and vLLM's
+// block-FP8 methods do; not embeddings, the LM head, norms or routers.
+func quantized(w *Weight) bool {
+	switch w.Class {
+	case ClassAttention, ClassDenseMLP, ClassExperts, ClassSharedExperts:
+		return len(w.Shape) >= 2
+	}
+	return false
 }
 
 // Bucket packs tensors that are replicated on every rank of both sides and
@@ -115,7 +150,7 @@ func Bucket(ts []Tensor, limit int64) []Tensor {
 	count := map[int]int{}
 	var out []Tensor
 	for _, t := range ts {
-		if !replicated(t.Src) || !replicated(t.Dst) || t.Bytes() >= limit || len(t.Members) > 0 {
+		if !replicated(t.Src) || !replicated(t.Dst) || t.Bytes() >= limit || len(t.Members) > 0 || t.Quant.On() {
 			out = append(out, t)
 			continue
 		}

@@ -44,6 +44,9 @@ func TestParamCounts(t *testing.T) {
 		{"qwen3-235b-a22b", 36945, 235_093_634_560, 0, 0, 1131, 0, 94},
 		{"llama-3.1-405b", 1137, 405_853_388_800, 0, 0, 1137, -1, 126},
 		{"llama-3.1-70b", 723, 70_553_706_496, 0, 0, 723, -1, 80},
+		// Kimi-K2: the deepseek_v3 family with 384 experts, 64 heads, one
+		// dense layer and no MTP layer: 1.03 T parameters.
+		{"kimi-k2", 69975, 1_026_408_232_448, 0, 0, 1035, 1, 61},
 	} {
 		t.Run(tc.model, func(t *testing.T) {
 			c := builtin(t, tc.model)
@@ -61,6 +64,16 @@ func TestParamCounts(t *testing.T) {
 				if got := mp - 2*c.Vocab*c.Hidden; got != 11_610_068_224 {
 					t.Errorf("MTP without embedding and head: %d", got)
 				}
+			}
+			var mtpElems int64
+			for _, w := range c.MTPWeights() {
+				mtpElems += w.Elems()
+				if w.Layer < c.Layers {
+					t.Errorf("MTP weight %s in layer %d", w.Name, w.Layer)
+				}
+			}
+			if mtpElems != tc.mtpParams {
+				t.Errorf("MTP weights hold %d elements, want %d", mtpElems, tc.mtpParams)
 			}
 			ws := c.Weights()
 			var elems int64
@@ -471,4 +484,56 @@ func FuzzTensors(f *testing.F) {
 			}
 		}
 	})
+}
+
+// An FP8 generator holds the linear weights in fp8_e4m3 (block scales),
+// not embeddings, the head, norms or routers; a TP that cuts a block is
+// refused naming the weight and the numbers; the MTP layer moves when
+// asked, on the last trainer stage.
+func TestQuantizedWorkload(t *testing.T) {
+	c := builtin(t, "deepseek-v3")
+	q := layout.Quant{Scheme: layout.QuantBlock, Block: layout.DefaultBlock}
+	spec := Spec{Config: c, DType: layout.BF16, Quant: q, MTP: true,
+		Trainer: Megatron{TP: 1, CP: 1, PP: 16, EP: 16, ETP: 1, DP: 16, Ranks: layout.RankRange(0, 256),
+			Stages: []int{3, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 2}},
+		Generator: VLLM{TP: 16, DP: 8, EP: 128, Ranks: layout.RankRange(256, 128)}}
+	ts, err := spec.Tensors()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp8, mtp := 0, 0
+	for _, x := range ts {
+		want := x.Class == ClassAttention || x.Class == ClassDenseMLP || x.Class == ClassExperts || x.Class == ClassSharedExperts
+		if got := x.Quant.On(); got != want || (got && x.Dst.DType != layout.FP8E4M3) || x.Src.DType != layout.BF16 {
+			t.Errorf("%s (%s): quantized %v, dst %v", x.Name, x.Class, got, x.Dst.DType)
+		}
+		if x.Quant.On() {
+			fp8++
+			if err := layout.CheckBlocks(x.Dst, q); err != nil {
+				t.Errorf("%s: %v", x.Name, err)
+			}
+		}
+		if strings.HasPrefix(x.Name, "model.layers.61.") {
+			mtp++
+			if x.Stage != 15 {
+				t.Errorf("%s on stage %d, want the last, 15", x.Name, x.Stage)
+			}
+		}
+	}
+	if fp8 < 500 || mtp == 0 {
+		t.Errorf("%d fp8 tensors, %d MTP tensors", fp8, mtp)
+	}
+	// TP 32 without expert parallelism cuts the dense MLP's 18432 rows
+	// (576 a rank, 4.5 blocks): refused, as vLLM refuses it.
+	spec.Generator = VLLM{TP: 32, DP: 4, EP: 1, Ranks: layout.RankRange(256, 128)}
+	_, err = spec.Tensors()
+	if err == nil || !strings.Contains(err.Error(), "generator tp = 32, ep = 1: model.layers.0.mlp.gate_up_proj.weight[gate]") ||
+		!strings.Contains(err.Error(), "dim 0 (18432) is split by mesh axis 1 (32 ranks, S(0)) into shards of 576") {
+		t.Errorf("TP 32: %v", err)
+	}
+	// Kimi-K2 has no MTP layer to move.
+	spec.Config, spec.Generator = builtin(t, "kimi-k2"), VLLM{TP: 16, DP: 8, EP: 128, Ranks: layout.RankRange(256, 128)}
+	if _, err := spec.Tensors(); err == nil || !strings.Contains(err.Error(), "num_nextn_predict_layers = 0") {
+		t.Errorf("Kimi-K2 with mtp: %v", err)
+	}
 }

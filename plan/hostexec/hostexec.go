@@ -13,6 +13,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 
@@ -58,10 +59,8 @@ type Result struct {
 	PeakStaging int64
 }
 
-// Pattern is the value of element g (its row-major index in the global
-// tensor) of tensor t: a splitmix64 hash, of which an element keeps its
-// first dtype-size bytes, little-endian. The GPU fill kernel computes the
-// same function.
+// Pattern is the hash behind element g (its row-major index in the global
+// tensor) of tensor t: splitmix64. [Value] makes an element of it.
 func Pattern(t int, g uint64) uint64 {
 	z := uint64(t)*0x9E3779B97F4A7C15 + g + 0x632BE59BD9B4E019
 	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
@@ -69,15 +68,34 @@ func Pattern(t int, g uint64) uint64 {
 	return z ^ (z >> 31)
 }
 
+// FiniteMask is what [Value] keeps of the hash for an element of dtype dt:
+// for a float dtype (bf16, fp16, fp32, fp64, fp8_e4m3, fp8_e5m2) every bit
+// but the top bit of the exponent (bit 8 x size - 2), so the value is
+// finite (below 2 in magnitude for bf16, fp16, fp32 and fp64, below 2^8
+// for fp8_e4m3 and 2^16 for fp8_e5m2) and spans its dtype's binades down to
+// subnormals and ±0; every bit for other dtypes.
+func FiniteMask(dt layout.DType) uint64 {
+	if dt.Float() {
+		return ^(uint64(1) << (8*dt.Size() - 2))
+	}
+	return ^uint64(0)
+}
+
+// Value is element g of tensor t of dtype dt: Pattern(t, g) & FiniteMask(dt),
+// of which the element keeps its first dt.Size() bytes, little-endian. The
+// GPU fill kernel computes the same function.
+func Value(t int, g uint64, dt layout.DType) uint64 { return Pattern(t, g) & FiniteMask(dt) }
+
 // fillBox writes the pattern of a global box of tensor t (global shape
 // shape, element size elem) into buf, row-major; with invert, its complement.
-func fillBox(buf []byte, t int, shape []int64, box layout.Box, elem int64, invert bool) {
+func fillBox(buf []byte, t int, shape []int64, box layout.Box, dt layout.DType, invert bool) {
 	var tmp [8]byte
+	elem, m := dt.Size(), FiniteMask(dt)
 	pos := int64(0)
 	// Each run of the box in the global tensor is a run of global indices.
 	box.ForEachRun(shape, func(first, n int64) {
 		for k := range n {
-			v := Pattern(t, uint64(first+k))
+			v := Pattern(t, uint64(first+k)) & m
 			if invert {
 				v = ^v
 			}
@@ -86,6 +104,63 @@ func fillBox(buf []byte, t int, shape []int64, box layout.Box, elem int64, inver
 			pos += elem
 		}
 	})
+}
+
+// Expected returns the bytes a destination must hold for a global box of
+// tensor t, row-major: the source pattern; for a quantized tensor its
+// fp8_e4m3 bits by the reference quantizer ([layout.QuantizeBox]); for a
+// scale tensor the FP32 scales of its weight's blocks, little-endian.
+func Expected(s *ir.Schedule, t int, box layout.Box) []byte {
+	tt := &s.Tensors[t]
+	switch {
+	case tt.Quant.On():
+		q, _ := quantized(s, t, box)
+		return q
+	case tt.ScaleOf > 0:
+		w := tt.ScaleOf - 1
+		wt := &s.Tensors[w]
+		br, bc := wt.Quant.Blocks(wt.Src.Shape)
+		wb := box.Clone()
+		nd := len(wb.Size)
+		for k, bs := range [2]int64{br, bc} {
+			d := nd - 2 + k
+			lo := box.Start[d] * bs
+			wb.Start[d], wb.Size[d] = lo, min((box.Start[d]+box.Size[d])*bs, wt.Src.Shape[d])-lo
+		}
+		_, sc := quantized(s, w, wb)
+		out := make([]byte, 4*len(sc))
+		for i, f := range sc {
+			binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(f))
+		}
+		return out
+	}
+	want := make([]byte, box.Elems()*tt.Src.DType.Size())
+	fillBox(want, t, tt.Src.Shape, box, tt.Src.DType, false)
+	return want
+}
+
+// quantized returns the fp8 bits and the scales of a block-aligned global
+// box of quantized tensor t, from its source pattern.
+func quantized(s *ir.Schedule, t int, box layout.Box) ([]byte, []float32) {
+	tt := &s.Tensors[t]
+	src := make([]byte, box.Elems()*tt.Src.DType.Size())
+	fillBox(src, t, tt.Src.Shape, box, tt.Src.DType, false)
+	return quantize(tt, box, src)
+}
+
+// quantize runs the reference quantizer over src, a global box of
+// quantized tensor tt in its source dtype.
+func quantize(tt *ir.Tensor, box layout.Box, src []byte) ([]byte, []float32) {
+	n := box.Elems()
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = layout.Decode(tt.Src.DType, src, int64(i))
+	}
+	br, bc := tt.Quant.Blocks(tt.Src.Shape)
+	q := make([]byte, n)
+	sc := make([]float32, tt.Quant.ScaleBox(tt.Src.Shape, box).Elems())
+	layout.QuantizeBox(x, box.Size, br, bc, q, sc)
+	return q, sc
 }
 
 // Run executes the schedule and checks every output byte.
@@ -133,7 +208,7 @@ func Run(s *ir.Schedule, opt Options) (*Result, error) {
 		e.bufs[i] = make([]byte, b.Bytes)
 		if b.Placed() && b.Kind != ir.Staging {
 			t := &s.Tensors[b.Tensor]
-			fillBox(e.bufs[i], b.Tensor, t.Src.Shape, b.Box, t.Src.DType.Size(), b.Kind == ir.Output)
+			fillBox(e.bufs[i], b.Tensor, t.Src.Shape, b.Box, s.BufDType(int32(i)), b.Kind == ir.Output)
 		}
 	}
 	if err := e.run(opt.Seed); err != nil {
@@ -149,8 +224,7 @@ func Run(s *ir.Schedule, opt Options) (*Result, error) {
 			continue
 		}
 		t := &s.Tensors[b.Tensor]
-		want := make([]byte, b.Bytes)
-		fillBox(want, b.Tensor, t.Src.Shape, b.Box, t.Src.DType.Size(), false)
+		want := Expected(s, b.Tensor, b.Box)
 		res.Bytes += b.Bytes
 		for o := range want {
 			if want[o] != e.bufs[i][o] {
@@ -296,6 +370,25 @@ func (e *executor) exec(i int32) error {
 		src = e.s.Ops[op.Match].Src
 	}
 	data := e.gather(src)
+	if op.Kind == ir.Quantize {
+		b := &e.s.Buffers[src.Buf]
+		box, ok := e.s.GlobalBox(src)
+		if !ok {
+			return fmt.Errorf("op %d: quantizes a byte range that is not a box", i)
+		}
+		q, sc := quantize(&e.s.Tensors[b.Tensor], box, data)
+		scale := e.s.QuantScale[i]
+		if int64(len(q)) != dst.Bytes || int64(4*len(sc)) != scale.Bytes {
+			return fmt.Errorf("op %d: quantizes into %d and %d bytes, regions of %d and %d", i, len(q), 4*len(sc), dst.Bytes, scale.Bytes)
+		}
+		sb := make([]byte, 4*len(sc))
+		for k, f := range sc {
+			binary.LittleEndian.PutUint32(sb[4*k:], math.Float32bits(f))
+		}
+		e.scatter(dst, q)
+		e.scatter(scale, sb)
+		return nil
+	}
 	if int64(len(data)) != dst.Bytes {
 		return fmt.Errorf("op %d: moves %d bytes into a region of %d", i, len(data), dst.Bytes)
 	}
@@ -310,7 +403,7 @@ func (e *executor) gather(r ir.Region) []byte {
 		return append([]byte(nil), buf[r.Offset:r.Offset+r.Bytes]...)
 	}
 	b := &e.s.Buffers[r.Buf]
-	elem := e.s.Elem(b.Tensor)
+	elem := e.s.BufElem(r.Buf)
 	out := make([]byte, 0, r.Bytes)
 	e.s.Box(r).ForEachRun(b.Box.Size, func(first, n int64) {
 		out = append(out, buf[first*elem:(first+n)*elem]...)
@@ -326,7 +419,7 @@ func (e *executor) scatter(r ir.Region, data []byte) {
 		return
 	}
 	b := &e.s.Buffers[r.Buf]
-	elem := e.s.Elem(b.Tensor)
+	elem := e.s.BufElem(r.Buf)
 	pos := int64(0)
 	e.s.Box(r).ForEachRun(b.Box.Size, func(first, n int64) {
 		copy(buf[first*elem:(first+n)*elem], data[pos:pos+n*elem])

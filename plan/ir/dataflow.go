@@ -10,13 +10,29 @@ import (
 )
 
 // seg is part of the content of a byte range: the elements of a global box
-// of a tensor, in row-major order.
+// of a tensor, in row-major order, in dtype dt (a quantized tensor's
+// source dtype, or its fp8 destination dtype once quantized).
 type seg struct {
 	tensor int
 	box    layout.Box
+	dt     layout.DType
 }
 
-func (v *validator) segBytes(g seg) int64 { return g.box.Elems() * v.s.Elem(g.tensor) }
+func (v *validator) segBytes(g seg) int64 { return g.box.Elems() * g.dt.Size() }
+
+// writes calls f with each region op i writes: a recv's, copy's, pack's or
+// unpack's dst; a quantize's dst and scale region; nothing for a send.
+func (v *validator) writesOf(i int32, f func(r Region)) {
+	op := &v.s.Ops[i]
+	switch op.Kind {
+	case Send:
+	case Quantize:
+		f(op.Dst)
+		f(v.s.QuantScale[i])
+	default:
+		f(op.Dst)
+	}
+}
 
 // dataflow checks, op by op in a topological order, where every byte comes
 // from.
@@ -47,11 +63,11 @@ func (v *validator) dataflow() error {
 	// first, so each buffer's list is carved from one allocation.
 	count := make([]int, len(s.Buffers)+1)
 	for i := range int32(len(s.Ops)) {
-		op := &s.Ops[i]
-		if op.Kind == Send || v.spaceOf[op.Dst.Buf] >= 0 {
-			continue
-		}
-		v.runs(&s.Buffers[op.Dst.Buf], op.Dst, func(lo, hi int64) { count[op.Dst.Buf+1]++ })
+		v.writesOf(i, func(r Region) {
+			if v.spaceOf[r.Buf] < 0 {
+				v.runs(&s.Buffers[r.Buf], r, func(lo, hi int64) { count[r.Buf+1]++ })
+			}
+		})
 	}
 	for b := range s.Buffers {
 		count[b+1] += count[b]
@@ -62,13 +78,12 @@ func (v *validator) dataflow() error {
 		writes[b] = all[count[b]:count[b]:count[b+1]]
 	}
 	for i := range int32(len(s.Ops)) {
-		op := &s.Ops[i]
-		if op.Kind == Send || v.spaceOf[op.Dst.Buf] >= 0 {
-			continue
-		}
-		b := &s.Buffers[op.Dst.Buf]
-		v.runs(b, op.Dst, func(lo, hi int64) {
-			writes[op.Dst.Buf] = append(writes[op.Dst.Buf], span{lo, hi, i})
+		v.writesOf(i, func(r Region) {
+			if v.spaceOf[r.Buf] < 0 {
+				v.runs(&s.Buffers[r.Buf], r, func(lo, hi int64) {
+					writes[r.Buf] = append(writes[r.Buf], span{lo, hi, i})
+				})
+			}
 		})
 	}
 	for bi, ws := range writes {
@@ -115,6 +130,8 @@ func (v *validator) dataflow() error {
 				return err
 			}
 			return v.write(i, op.Dst, c)
+		case Quantize:
+			return v.quantize(i)
 		case Send, Recv:
 			snd, rcv := op.Match, i
 			if op.Kind == Send {
@@ -201,7 +218,7 @@ func (v *validator) span(r Region) (lo, hi int64) {
 		return r.Offset, r.Offset + r.Bytes
 	}
 	b := &v.s.Buffers[r.Buf]
-	box, elem := v.s.Box(r), v.s.Elem(b.Tensor)
+	box, elem := v.s.Box(r), v.s.BufElem(r.Buf)
 	var first, last int64
 	for d, n := range b.Box.Size {
 		first = first*n + box.Start[d]
@@ -327,7 +344,7 @@ func (v *validator) runs(b *Buffer, r Region, f func(lo, hi int64)) {
 		f(r.Offset, r.Offset+r.Bytes)
 		return
 	}
-	elem := v.s.Elem(b.Tensor)
+	elem := v.s.BufElem(r.Buf)
 	v.s.Box(r).ForEachRun(b.Box.Size, func(lo, n int64) { f(lo*elem, (lo+n)*elem) })
 }
 
@@ -341,7 +358,7 @@ func (v *validator) globalBox(op int32, b *Buffer, r Region) (layout.Box, error)
 		}
 		return g, nil
 	}
-	elem := v.s.Elem(b.Tensor)
+	elem := v.s.BufElem(r.Buf)
 	if r.Offset%elem != 0 || r.Bytes%elem != 0 {
 		return layout.Box{}, v.opErr(op, "byte range [%d, %d) of buffer %d splits an element", r.Offset, r.Offset+r.Bytes, r.Buf)
 	}
@@ -431,7 +448,7 @@ func (v *validator) read(op int32, r Region) ([]seg, error) {
 		lo, hi := r.Offset, r.Offset+r.Bytes
 		if r.IsBox() {
 			// The box's first and last elements bound its runs.
-			box, elem := v.s.Box(r), v.s.Elem(b.Tensor)
+			box, elem := v.s.Box(r), v.s.BufElem(r.Buf)
 			var first, last int64
 			for d, n := range b.Box.Size {
 				first = first*n + box.Start[d]
@@ -456,7 +473,7 @@ func (v *validator) read(op int32, r Region) ([]seg, error) {
 		if err != nil {
 			return nil, err
 		}
-		v.one[0] = seg{b.Tensor, g}
+		v.one[0] = seg{b.Tensor, g, s.BufDType(r.Buf)}
 		return v.one[:], nil
 	}
 	// Unplaced staging: the content its writers left.
@@ -497,7 +514,7 @@ func (v *validator) cut(op int32, r Region, out, c []seg, pos, lo, hi int64) ([]
 			if a == pos && z == pos+n {
 				out = append(out, g)
 			} else {
-				elem := s.Elem(g.tensor)
+				elem := g.dt.Size()
 				if (a-pos)%elem != 0 || (z-a)%elem != 0 {
 					return nil, v.opErr(op, "reads bytes [%d, %d) of buffer %d, splitting an element", r.Offset, r.Offset+r.Bytes, r.Buf)
 				}
@@ -505,7 +522,7 @@ func (v *validator) cut(op int32, r Region, out, c []seg, pos, lo, hi int64) ([]
 				if !ok {
 					return nil, v.opErr(op, "reads bytes [%d, %d) of buffer %d, which cut %s's box %v into a non-box", r.Offset, r.Offset+r.Bytes, r.Buf, s.Tensors[g.tensor].Name, g.box)
 				}
-				out = append(out, seg{g.tensor, sub})
+				out = append(out, seg{g.tensor, sub, g.dt})
 			}
 		}
 		pos += n
@@ -549,6 +566,9 @@ func (v *validator) write(op int32, r Region, c []seg) error {
 	for _, g := range c {
 		if g.tensor != b.Tensor {
 			return v.opErr(op, "writes elements of %s into buffer %d of %s", s.Tensors[g.tensor].Name, r.Buf, s.Tensors[b.Tensor].Name)
+		}
+		if bd := s.BufDType(r.Buf); g.dt != bd {
+			return v.opErr(op, "writes %v elements of %s into buffer %d, which holds %v", g.dt, s.Tensors[g.tensor].Name, r.Buf, bd)
 		}
 		n := g.box.Elems()
 		exp, ok := v.rangeBox(want, at, n)
@@ -666,4 +686,44 @@ func (v *validator) before(w, x int32) bool {
 	}
 	v.stack = stack
 	return found
+}
+
+// quantize checks a quantize op: it reads whole blocks of a quantized
+// tensor in its source dtype, and writes the same box in fp8 to its dst
+// and the box's scales (in the scale tensor) to its scale region.
+func (v *validator) quantize(i int32) error {
+	s := v.s
+	op := &s.Ops[i]
+	c, err := v.read(i, op.Src)
+	if err != nil {
+		return err
+	}
+	g := c[0] // the src is in a placed buffer: one box
+	t := &s.Tensors[g.tensor]
+	if g.dt != t.Src.DType {
+		return v.opErr(i, "quantizes %v elements of %s, not its source dtype %v", g.dt, t.Name, t.Src.DType)
+	}
+	br, bc := t.Quant.Blocks(t.Src.Shape)
+	nd := len(t.Src.Shape)
+	for k, bs := range [2]int64{br, bc} {
+		d := nd - 2 + k
+		lo, hi := g.box.Start[d], g.box.Start[d]+g.box.Size[d]
+		if lo%bs != 0 || (hi%bs != 0 && hi != t.Src.Shape[d]) {
+			return v.opErr(i, "quantizes box %v of %s, which cuts its blocks of %d in dim %d ([%d, %d))", g.box, t.Name, bs, d, lo, hi)
+		}
+	}
+	q := seg{g.tensor, g.box, t.Dst.DType}
+	if op.Dst.Bytes != v.segBytes(q) {
+		return v.opErr(i, "dst is %d bytes, but box %v in %v is %d", op.Dst.Bytes, g.box, t.Dst.DType, v.segBytes(q))
+	}
+	if err := v.write(i, op.Dst, []seg{q}); err != nil {
+		return err
+	}
+	st := v.scaleOf[g.tensor]
+	sc := seg{st, t.Quant.ScaleBox(t.Src.Shape, g.box), layout.FP32}
+	r := s.QuantScale[i]
+	if r.Bytes != v.segBytes(sc) {
+		return v.opErr(i, "scale region is %d bytes, but the scales of box %v are %v, %d bytes", r.Bytes, g.box, sc.box, v.segBytes(sc))
+	}
+	return v.write(i, r, []seg{sc})
 }

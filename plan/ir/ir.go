@@ -22,9 +22,14 @@ import (
 // buffers of a rank may share memory. A schedule none of whose buffers is in
 // an arena is written as version 1, byte for byte as before; readers accept
 // both.
+//
+// Version 3 added quantized destinations: a tensor's dst_dtype and quant,
+// scale tensors (scale_of), a placed buffer's dtype, and the quantize op
+// with its scale region. A schedule without them is written as version 1
+// or 2, as before.
 const (
 	Format  = "m2n.schedule"
-	Version = 2
+	Version = 3
 	// MinVersion is the oldest version a reader accepts.
 	MinVersion = 1
 )
@@ -61,6 +66,20 @@ type Schedule struct {
 
 	DepPool []int32 // dependency lists of ops
 	BoxPool []int64 // boxes of regions: start, then size, each of the buffer's rank
+
+	// QuantScale is the scale region of each quantize op, by op ID.
+	QuantScale map[int32]Region
+}
+
+// AddQuantize appends a quantize op with its scale region and returns its ID.
+func (s *Schedule) AddQuantize(op Op, scale Region, deps ...int32) int32 {
+	op.Kind = Quantize
+	id := s.AddOp(op, deps...)
+	if s.QuantScale == nil {
+		s.QuantScale = map[int32]Region{}
+	}
+	s.QuantScale[id] = scale
+	return id
 }
 
 // AddOp appends an op with its dependencies and returns its ID.
@@ -104,9 +123,17 @@ type Rank struct {
 }
 
 // Tensor is one tensor and its two layouts.
+//
+// A quantized tensor (Quant on) has a destination dtype of fp8_e4m3 and a
+// source dtype of bf16, fp16 or fp32; its scales are a tensor of their own,
+// the one whose ScaleOf names it. A scale tensor is FP32, of shape
+// Quant.ScaleShape, and its layouts are the weight's meshes and placements
+// over that shape; it has no inputs: quantize ops write it.
 type Tensor struct {
 	Name     string
-	Src, Dst layout.Layout // same shape and dtype
+	Src, Dst layout.Layout // same shape; same dtype unless Quant is on
+	Quant    layout.Quant  // how the destination is quantized; zero: not
+	ScaleOf  int           // a scale tensor: 1 + the index of its weight; 0 otherwise
 }
 
 // BufferKind says what a buffer is for.
@@ -146,6 +173,10 @@ type Buffer struct {
 	Bytes   int64
 	Tensor  int        // the tensor index of a placed buffer; -1 when unplaced
 	Box     layout.Box // the global box of a placed buffer
+	// DType is the element type of a placed buffer: its tensor's source
+	// dtype, or, for a quantized tensor, its destination dtype (outputs
+	// always). Zero means the tensor's source dtype.
+	DType layout.DType
 
 	ArenaOffset int64 // with InArena: the buffer's first byte in the arena
 }
@@ -168,6 +199,10 @@ const (
 	Pack
 	// Unpack copies a contiguous region to a box of a placed buffer.
 	Unpack
+	// Quantize reads whole blocks of a quantized tensor (Src, in a buffer
+	// of its source dtype), and writes them as fp8_e4m3 to Dst and their
+	// scales to its scale region ([Schedule.QuantScale]).
+	Quantize
 )
 
 // Op is one step on one rank; its ID is its index in Schedule.Ops. It may
@@ -181,8 +216,8 @@ type Op struct {
 	Match  int32  // send/recv: the ID of the matching op; else -1
 	DepOff int32  // dependencies: DepPool[DepOff : DepOff+DepLen], each an ID smaller than this op's
 	DepLen int32  // how many dependencies there are
-	Src    Region // what a send, copy, pack or unpack reads
-	Dst    Region // what a recv, copy, pack or unpack writes
+	Src    Region // what a send, copy, pack, unpack or quantize reads
+	Dst    Region // what a recv, copy, pack, unpack or quantize writes
 }
 
 // Region is part of a buffer: a contiguous byte range (BoxRef 0) or, in a
@@ -277,5 +312,61 @@ func (s *Schedule) StagingByRank() map[int]int64 {
 	return own
 }
 
-// Elem is the element size of a tensor's dtype.
+// Elem is the element size of a tensor's (source) dtype.
 func (s *Schedule) Elem(tensor int) int64 { return s.Tensors[tensor].Src.DType.Size() }
+
+// BufDType is the element type of a placed buffer.
+func (s *Schedule) BufDType(buf int32) layout.DType {
+	b := &s.Buffers[buf]
+	if b.DType.Valid() {
+		return b.DType
+	}
+	return s.Tensors[b.Tensor].Src.DType
+}
+
+// BufElem is the element size of a placed buffer.
+func (s *Schedule) BufElem(buf int32) int64 { return s.BufDType(buf).Size() }
+
+// ScaleTensor returns the index of the scale tensor of quantized tensor
+// i, or -1.
+func (s *Schedule) ScaleTensor(i int) int {
+	for k := range s.Tensors {
+		if s.Tensors[k].ScaleOf == i+1 {
+			return k
+		}
+	}
+	return -1
+}
+
+// UsesQuant reports whether any tensor is quantized (a version 3 schedule).
+func (s *Schedule) UsesQuant() bool {
+	for i := range s.Tensors {
+		if s.Tensors[i].Quant.On() || s.Tensors[i].ScaleOf != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// GlobalBox returns the global box a region of a placed buffer covers,
+// and false when the region is a byte range that is not a box.
+func (s *Schedule) GlobalBox(r Region) (layout.Box, bool) {
+	b := &s.Buffers[r.Buf]
+	if r.IsBox() {
+		g := s.Box(r).Clone()
+		for d := range g.Start {
+			g.Start[d] += b.Box.Start[d]
+		}
+		return g, true
+	}
+	elem := s.BufElem(r.Buf)
+	if r.Offset%elem != 0 || r.Bytes%elem != 0 {
+		return layout.Box{}, false
+	}
+	var v validator
+	g, ok := v.rangeBox(b.Box, r.Offset/elem, r.Bytes/elem)
+	if !ok {
+		return layout.Box{}, false
+	}
+	return g.Clone(), true
+}

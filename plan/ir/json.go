@@ -35,6 +35,15 @@ type tensorJSON struct {
 	Shape []int64      `json:"shape"`
 	Src   layoutJSON   `json:"src"`
 	Dst   layoutJSON   `json:"dst"`
+	// Version 3: a quantized destination, and scale tensors.
+	DstDType *layout.DType `json:"dst_dtype,omitempty"`
+	Quant    *quantJSON    `json:"quant,omitempty"`
+	ScaleOf  *int          `json:"scale_of,omitempty"`
+}
+
+type quantJSON struct {
+	Scheme string  `json:"scheme"`
+	Block  []int64 `json:"block,omitempty"`
 }
 
 type layoutJSON struct {
@@ -52,6 +61,9 @@ type bufferJSON struct {
 	Box    *boxJSON `json:"box,omitempty"`
 	// ArenaOffset (version 2): a staging buffer in its rank's staging arena.
 	ArenaOffset *int64 `json:"arena_offset,omitempty"`
+	// DType (version 3): a placed buffer's element type, when it is not its
+	// tensor's source dtype.
+	DType *layout.DType `json:"dtype,omitempty"`
 }
 
 type boxJSON struct {
@@ -68,6 +80,7 @@ type opJSON struct {
 	Match *int        `json:"match,omitempty"`
 	Src   *regionJSON `json:"src,omitempty"`
 	Dst   *regionJSON `json:"dst,omitempty"`
+	Scale *regionJSON `json:"scale,omitempty"` // quantize (version 3)
 }
 
 type regionJSON struct {
@@ -79,7 +92,7 @@ type regionJSON struct {
 }
 
 var bufferKinds = map[BufferKind]string{Input: "input", Output: "output", Staging: "staging"}
-var opKinds = map[OpKind]string{Send: "send", Recv: "recv", Copy: "copy", Pack: "pack", Unpack: "unpack"}
+var opKinds = map[OpKind]string{Send: "send", Recv: "recv", Copy: "copy", Pack: "pack", Unpack: "unpack", Quantize: "quantize"}
 
 func (k BufferKind) String() string {
 	if s, ok := bufferKinds[k]; ok {
@@ -99,7 +112,10 @@ func (k OpKind) String() string {
 func (s *Schedule) MarshalJSON() ([]byte, error) {
 	version := MinVersion // what an older reader reads exactly as before
 	if s.UsesArena() {
-		version = Version
+		version = 2
+	}
+	if s.UsesQuant() {
+		version = 3
 	}
 	out := scheduleJSON{
 		Format: Format, Version: version, Route: s.Route, ChunkBytes: s.ChunkBytes,
@@ -117,6 +133,21 @@ func (s *Schedule) MarshalJSON() ([]byte, error) {
 			Src: layoutJSON{t.Src.Mesh.Shape, t.Src.Mesh.Ranks, t.Src.Placements},
 			Dst: layoutJSON{t.Dst.Mesh.Shape, t.Dst.Mesh.Ranks, t.Dst.Placements},
 		}
+		if t.Dst.DType != t.Src.DType {
+			d := t.Dst.DType
+			out.Tensors[i].DstDType = &d
+		}
+		if t.Quant.On() {
+			q := &quantJSON{Scheme: t.Quant.Scheme.String()}
+			if t.Quant.Scheme == layout.QuantBlock {
+				q.Block = t.Quant.Block[:]
+			}
+			out.Tensors[i].Quant = q
+		}
+		if t.ScaleOf > 0 {
+			w := t.ScaleOf - 1
+			out.Tensors[i].ScaleOf = &w
+		}
 	}
 	for i, b := range s.Buffers {
 		bj := bufferJSON{ID: b.ID, Rank: b.Rank, Kind: b.Kind.String(), Bytes: b.Bytes}
@@ -124,6 +155,9 @@ func (s *Schedule) MarshalJSON() ([]byte, error) {
 			t := b.Tensor
 			bj.Tensor = &t
 			bj.Box = &boxJSON{b.Box.Start, b.Box.Size}
+			if d := b.DType; d.Valid() && d != s.Tensors[t].Src.DType {
+				bj.DType = &d
+			}
 		}
 		if b.InArena {
 			o := b.ArenaOffset
@@ -149,6 +183,9 @@ func (s *Schedule) MarshalJSON() ([]byte, error) {
 		}
 		if op.Kind != Send {
 			oj.Dst = s.regionOut(op.Dst)
+		}
+		if op.Kind == Quantize {
+			oj.Scale = s.regionOut(s.QuantScale[int32(i)])
 		}
 		out.Ops[i] = oj
 	}
@@ -224,10 +261,40 @@ func fromJSON(sj *scheduleJSON, version int) (*Schedule, error) {
 	for i, r := range sj.World {
 		s.World[i] = Rank(r)
 	}
+	v3 := func(what string) error {
+		return fmt.Errorf("%s: a version 3 field in a version %d document", what, version)
+	}
 	for i, t := range sj.Tensors {
 		s.Tensors[i] = Tensor{Name: t.Name,
 			Src: layout.Layout{Shape: t.Shape, DType: t.DType, Mesh: layout.Mesh{Shape: t.Src.Mesh, Ranks: t.Src.Ranks}, Placements: t.Src.Placements},
 			Dst: layout.Layout{Shape: t.Shape, DType: t.DType, Mesh: layout.Mesh{Shape: t.Dst.Mesh, Ranks: t.Dst.Ranks}, Placements: t.Dst.Placements},
+		}
+		if (t.DstDType != nil || t.Quant != nil || t.ScaleOf != nil) && version < 3 {
+			return nil, v3(fmt.Sprintf("tensors[%d]: dst_dtype, quant or scale_of", i))
+		}
+		if t.DstDType != nil {
+			s.Tensors[i].Dst.DType = *t.DstDType
+		}
+		if q := t.Quant; q != nil {
+			sc, err := layout.ParseQuantScheme(q.Scheme)
+			if err != nil {
+				return nil, fmt.Errorf("tensors[%d].quant.scheme: %w", i, err)
+			}
+			s.Tensors[i].Quant.Scheme = sc
+			switch {
+			case sc == layout.QuantBlock && len(q.Block) != 2:
+				return nil, fmt.Errorf("tensors[%d].quant.block = %v: block scales need [rows, cols]", i, q.Block)
+			case sc == layout.QuantBlock:
+				s.Tensors[i].Quant.Block = [2]int64{q.Block[0], q.Block[1]}
+			case len(q.Block) != 0:
+				return nil, fmt.Errorf("tensors[%d].quant.block: only the block scheme has a block", i)
+			}
+		}
+		if t.ScaleOf != nil {
+			if *t.ScaleOf < 0 || *t.ScaleOf >= len(sj.Tensors) {
+				return nil, fmt.Errorf("tensors[%d].scale_of = %d: not an index of tensors (0 to %d)", i, *t.ScaleOf, len(sj.Tensors)-1)
+			}
+			s.Tensors[i].ScaleOf = *t.ScaleOf + 1
 		}
 	}
 	kinds := map[string]BufferKind{}
@@ -259,6 +326,15 @@ func fromJSON(sj *scheduleJSON, version int) (*Schedule, error) {
 			}
 			buf.InArena, buf.ArenaOffset = true, *b.ArenaOffset
 		}
+		if b.DType != nil {
+			if version < 3 {
+				return nil, v3(fmt.Sprintf("buffers[%d].dtype", i))
+			}
+			if b.Tensor == nil {
+				return nil, fmt.Errorf("buffers[%d].dtype: only a placed buffer has a dtype", i)
+			}
+			buf.DType = *b.DType
+		}
 		s.Buffers[i] = buf
 	}
 	okinds := map[string]OpKind{}
@@ -271,7 +347,7 @@ func fromJSON(sj *scheduleJSON, version int) (*Schedule, error) {
 		}
 		k, ok := okinds[o.Kind]
 		if !ok {
-			return nil, fmt.Errorf("ops[%d].kind = %q: want send, recv, copy, pack or unpack", i, o.Kind)
+			return nil, fmt.Errorf("ops[%d].kind = %q: want send, recv, copy, pack, unpack or quantize", i, o.Kind)
 		}
 		op := Op{Kind: k, Rank: int32(o.Rank), Peer: -1, Match: -1}
 		if o.Rank < 0 || o.Rank > math.MaxInt32 {
@@ -302,12 +378,28 @@ func fromJSON(sj *scheduleJSON, version int) (*Schedule, error) {
 				return nil, fmt.Errorf("ops[%d].dst: %w", i, err)
 			}
 		}
+		if (o.Scale != nil) != (k == Quantize) {
+			return nil, fmt.Errorf("ops[%d] (%s): a quantize has a scale region, and only it", i, o.Kind)
+		}
+		var scale Region
+		if o.Scale != nil {
+			if version < 3 {
+				return nil, v3(fmt.Sprintf("ops[%d].scale", i))
+			}
+			if scale, err = s.regionIn(o.Scale); err != nil {
+				return nil, fmt.Errorf("ops[%d].scale: %w", i, err)
+			}
+		}
 		deps := make([]int32, len(o.Deps))
 		for k, d := range o.Deps {
 			if d < 0 || d >= i {
 				return nil, fmt.Errorf("ops[%d]: dependency %d does not precede it", i, d)
 			}
 			deps[k] = int32(d)
+		}
+		if k == Quantize {
+			s.AddQuantize(op, scale, deps...)
+			continue
 		}
 		s.AddOp(op, deps...)
 	}

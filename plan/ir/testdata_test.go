@@ -37,7 +37,12 @@ func TestDocuments(t *testing.T) {
 		"out-of-fifo-order.json":                     "sends from rank 0 to rank 1 and the recvs there do not match in order",
 		"region-without-offset.json":                 "ops[0].src: give offset (a byte range) or start and size (a box)",
 		"unknown-field.json":                         `unknown field "color"`,
-		"version-3.json":                             "version 3, but this m2n reads versions 1 to 2",
+		"version-4.json":                             "version 4, but this m2n reads versions 1 to 3",
+		"valid-quantize.json":                        "", // quantized at the source, fp8 and scales sent
+		"quant-in-version-2.json":                    "tensors[0]: dst_dtype, quant or scale_of: a version 3 field in a version 2 document",
+		"quant-dst-cuts-block.json":                  "tensors[0] (w) dst: a shard boundary cuts a quantization block: dim 1 (4) is split by mesh axis 0 (2 ranks, S(1)) into shards of 2, and the shard [0, 2) ends at 2, inside a block of 3",
+		"quantize-cuts-block.json":                   "op 0 (quantize on rank 0): quantizes box [0:3, 1:4] of w, which cuts its blocks of 2 in dim 1 ([1, 4))",
+		"quantize-without-dependency.json":           "op 1 (send on rank 0): reads bytes [0, 12) of buffer 1 written by op 0 (quantize on rank 0), which does not happen before it",
 		"output-partly-written.json":                 "buffer 1 (output of x on rank 1): bytes from 16 on are never written",
 		"reads-unwritten-staging.json":               "op 0 (unpack on rank 1): reads bytes [0, 32) of buffer 2 that nothing writes",
 		"dependency-not-before.json":                 "ops[0]: dependency 1 does not precede it",

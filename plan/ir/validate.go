@@ -39,8 +39,9 @@ func (s *Schedule) Validate() error {
 }
 
 type validator struct {
-	s     *Schedule
-	world *layout.RankIndex // rank -> its index in s.World
+	s       *Schedule
+	world   *layout.RankIndex // rank -> its index in s.World
+	scaleOf []int             // per tensor, its scale tensor; -1 when none
 
 	writes  [][]span        // per static buffer, the spans ops write, sorted
 	content map[int32][]seg // per op writing unplaced staging, what it wrote
@@ -129,9 +130,15 @@ func (v *validator) structure() error {
 				}
 			}
 		}
-		if !slices.Equal(t.Src.Shape, t.Dst.Shape) || t.Src.DType != t.Dst.DType {
-			return fmt.Errorf("tensors[%d] (%s): source and destination differ in shape or dtype", i, t.Name)
+		if !slices.Equal(t.Src.Shape, t.Dst.Shape) {
+			return fmt.Errorf("tensors[%d] (%s): source and destination differ in shape", i, t.Name)
 		}
+		if !t.Quant.On() && t.Src.DType != t.Dst.DType {
+			return fmt.Errorf("tensors[%d] (%s): source dtype %v and destination dtype %v differ, and the tensor is not quantized", i, t.Name, t.Src.DType, t.Dst.DType)
+		}
+	}
+	if err := v.quantTensors(); err != nil {
+		return err
 	}
 	// Per tensor, which source and destination mesh positions have their
 	// input and output buffer.
@@ -196,8 +203,18 @@ func (v *validator) structure() error {
 		if b.Box.Rank() != len(full.Size) || len(b.Box.Start) != len(full.Size) || b.Box.Empty() || !full.Contains(b.Box) {
 			return fmt.Errorf("buffer %d: box %v is not a non-empty box of tensor %s %v", i, b.Box, t.Name, t.Src.Shape)
 		}
-		if want := b.Box.Elems() * t.Src.DType.Size(); b.Bytes != want {
-			return fmt.Errorf("buffer %d: %d bytes, but box %v of %v is %d", i, b.Bytes, b.Box, t.Src.DType, want)
+		dt := s.BufDType(int32(i))
+		if dt != t.Src.DType && dt != t.Dst.DType {
+			return fmt.Errorf("buffer %d: dtype %v, but tensor %s is %v (source) and %v (destination)", i, dt, t.Name, t.Src.DType, t.Dst.DType)
+		}
+		if (b.Kind == Input && dt != t.Src.DType) || (b.Kind == Output && dt != t.Dst.DType) {
+			return fmt.Errorf("buffer %d: an %s of %s in %v", i, b.Kind, t.Name, dt)
+		}
+		if b.Kind == Input && t.ScaleOf > 0 {
+			return fmt.Errorf("buffer %d: an input of scale tensor %s: quantize ops write scales, no rank holds them before", i, t.Name)
+		}
+		if want := b.Box.Elems() * dt.Size(); b.Bytes != want {
+			return fmt.Errorf("buffer %d: %d bytes, but box %v of %v is %d", i, b.Bytes, b.Box, dt, want)
 		}
 		switch b.Kind {
 		case Input:
@@ -282,7 +299,7 @@ func (v *validator) op(i int32) error {
 		if box.Empty() || !local.Contains(box) {
 			return v.opErr(i, "%s box %v outside buffer %d (box size %v)", what, box, r.Buf, b.Box.Size)
 		}
-		if want := box.Elems() * s.Elem(b.Tensor); r.Bytes != want {
+		if want := box.Elems() * s.BufElem(r.Buf); r.Bytes != want {
 			return v.opErr(i, "%s box %v is %d bytes, region says %d", what, box, want, r.Bytes)
 		}
 		return nil
@@ -343,10 +360,85 @@ func (v *validator) op(i int32) error {
 		if op.Peer != -1 || op.Match != -1 {
 			return v.opErr(i, "peer and match belong to send and recv only")
 		}
+	case Quantize:
+		sc := s.QuantScale[i]
+		if err := region(op.Src, "src", false); err != nil {
+			return err
+		}
+		if err := region(op.Dst, "dst", true); err != nil {
+			return err
+		}
+		if err := region(sc, "scale", true); err != nil {
+			return err
+		}
+		b := &s.Buffers[op.Src.Buf]
+		if !b.Placed() || !s.Tensors[b.Tensor].Quant.On() || s.BufDType(op.Src.Buf) != s.Tensors[b.Tensor].Src.DType {
+			return v.opErr(i, "quantizes buffer %d, which does not hold a quantized tensor in its source dtype", op.Src.Buf)
+		}
+		if op.Peer != -1 || op.Match != -1 {
+			return v.opErr(i, "peer and match belong to send and recv only")
+		}
 	default:
 		return v.opErr(i, "unknown kind")
 	}
 	return nil
+}
+
+// quantTensors checks quantized tensors and scale tensors: a quantized
+// tensor has a valid scheme, a destination that holds whole blocks, and
+// exactly one scale tensor, whose shape, dtype and layouts derive from it.
+func (v *validator) quantTensors() error {
+	s := v.s
+	v.scaleOf = make([]int, len(s.Tensors))
+	for i := range v.scaleOf {
+		v.scaleOf[i] = -1
+	}
+	for i := range s.Tensors {
+		t := &s.Tensors[i]
+		if t.ScaleOf == 0 {
+			continue
+		}
+		if t.Quant.On() {
+			return fmt.Errorf("tensors[%d] (%s): a scale tensor is not quantized itself", i, t.Name)
+		}
+		w := t.ScaleOf - 1
+		if w < 0 || w >= len(s.Tensors) || !s.Tensors[w].Quant.On() {
+			return fmt.Errorf("tensors[%d] (%s): scale_of %d is not a quantized tensor", i, t.Name, w)
+		}
+		if v.scaleOf[w] >= 0 {
+			return fmt.Errorf("tensors[%d] (%s): tensor %s already has scale tensor %s", i, t.Name, s.Tensors[w].Name, s.Tensors[v.scaleOf[w]].Name)
+		}
+		v.scaleOf[w] = i
+	}
+	for i := range s.Tensors {
+		t := &s.Tensors[i]
+		if !t.Quant.On() {
+			continue
+		}
+		if err := layout.ValidateQuant(t.Src.DType, t.Dst.DType, t.Src.Shape, t.Quant); err != nil {
+			return fmt.Errorf("tensors[%d] (%s): %w", i, t.Name, err)
+		}
+		want, err := layout.ScaleLayout(t.Dst, t.Quant)
+		if err != nil {
+			return fmt.Errorf("tensors[%d] (%s) dst: %w", i, t.Name, err)
+		}
+		k := v.scaleOf[i]
+		if k < 0 {
+			return fmt.Errorf("tensors[%d] (%s): quantized, but no tensor holds its scales (scale_of %d)", i, t.Name, i)
+		}
+		sc := &s.Tensors[k]
+		srcWant := layout.Layout{Shape: want.Shape, DType: layout.FP32, Mesh: t.Src.Mesh, Placements: t.Src.Placements}
+		if !sameLayout(sc.Dst, want) || !sameLayout(sc.Src, srcWant) {
+			return fmt.Errorf("tensors[%d] (%s): its layouts are not those of %s's scales (%v to %v)", k, sc.Name, t.Name, srcWant, want)
+		}
+	}
+	return nil
+}
+
+// sameLayout reports whether two layouts are equal.
+func sameLayout(a, b layout.Layout) bool {
+	return slices.Equal(a.Shape, b.Shape) && a.DType == b.DType && slices.Equal(a.Mesh.Shape, b.Mesh.Shape) &&
+		slices.Equal(a.Mesh.Ranks, b.Mesh.Ranks) && slices.Equal(a.Placements, b.Placements)
 }
 
 // pairOrder checks that, for each ordered pair of ranks, the sends from one

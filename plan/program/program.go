@@ -142,14 +142,14 @@ func Compile(s *ir.Schedule, o Options) (*Program, error) {
 		op := &s.Ops[i]
 		d := dev(op.Rank)
 		switch op.Kind {
-		case ir.Pack:
+		case ir.Pack, ir.Quantize:
 			opStream[i] = stream(Stream{Dev: d, Lane: lane(d, [3]int32{op.Rank, -1, 0})})
 		case ir.Copy, ir.Unpack:
 			opStream[i] = stream(Stream{Dev: d, Lane: lane(d, [3]int32{op.Rank, -1, 1})})
 		case ir.Send, ir.Recv:
 			if m == Waves {
 				// Each ordered pair's transfers on one of the device's
-				// communicators, and its Stream: several communicators
+				// communicators, and its stream: several communicators
 				// (loopback) run their queues concurrently.
 				c := commOf(op.Rank, op.Peer, op.Kind)
 				opComm[i] = c

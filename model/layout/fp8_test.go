@@ -1,0 +1,271 @@
+package layout
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// Hand-computed fp8_e4m3 (E4M3FN: bias 7, no infinities, 0x7F NaN) cases.
+func TestToE4M3Table(t *testing.T) {
+	p := func(e int) float32 { return float32(math.Ldexp(1, e)) }
+	cases := []struct {
+		in   float32
+		want uint8
+		why  string
+	}{
+		{0, 0x00, "+0"},
+		{float32(math.Copysign(0, -1)), 0x80, "-0 keeps its sign"},
+		{1, 0x38, "1 = 1.000 x 2^0: exponent 0+7"},
+		{-1, 0xb8, "sign bit"},
+		{0.1, 0x1d, "0.1 = 1.6 x 2^-4: mantissa 4.8/8 rounds to 5/8"},
+		{240, 0x77, "1.875 x 2^7"},
+		{448, 0x7e, "the largest finite"},
+		{-448, 0xfe, "the smallest finite"},
+		{449, 0x7e, "above 448: saturates"},
+		{464, 0x7e, "the tie between 448 and 480 (not finite): even, 448"},
+		{465, 0x7e, "PyTorch gives NaN here; m2n saturates"},
+		{1e30, 0x7e, "saturates"},
+		{float32(math.Inf(1)), 0x7e, "infinity saturates"},
+		{float32(math.Inf(-1)), 0xfe, "-infinity saturates"},
+		{float32(math.NaN()), 0x7f, "NaN"},
+		{1.0625, 0x38, "1 + 1/16: tie between 1.000 and 1.001, even 1.000"},
+		{1.1875, 0x3a, "1 + 3/16: tie between 1.001 and 1.010, even 1.010"},
+		{1.0625 + 1.0/1024, 0x39, "just above the tie rounds up"},
+		{p(-6), 0x08, "2^-6, the smallest normal"},
+		{p(-9), 0x01, "2^-9, the smallest subnormal"},
+		{7 * p(-9), 0x07, "the largest subnormal"},
+		{7.5 * p(-9), 0x08, "tie between 7 x 2^-9 and 2^-6: even, 2^-6"},
+		{p(-10), 0x00, "half the smallest subnormal: tie, even, +0"},
+		{-p(-10), 0x80, "the same below zero: -0"},
+		{p(-10) * 1.0001, 0x01, "just above half rounds up"},
+		{1.5 * p(-9), 0x02, "tie between 1 and 2 x 2^-9: even, 2"},
+		{2.5 * p(-9), 0x02, "tie between 2 and 3 x 2^-9: even, 2"},
+		{p(-20), 0x00, "far below: zero"},
+	}
+	for _, c := range cases {
+		if got := ToE4M3(c.in); got != c.want {
+			t.Errorf("ToE4M3(%g) = %#02x, want %#02x (%s)", c.in, got, c.want, c.why)
+		}
+	}
+}
+
+// The quantizer against an independent oracle: the nearest of the 253
+// finite fp8 values (ties to the even code), saturating at ±448.
+// e4m3Vals are the finite non-negative fp8 values, by code.
+var e4m3Vals = func() (v []float64) {
+	for c := 0; c < 0x7f; c++ {
+		v = append(v, float64(E4M3ToFloat32(uint8(c))))
+	}
+	return v
+}()
+
+// nearestE4M3 is the oracle: the nearest finite value, ties to the even
+// code, saturating.
+func nearestE4M3(x float32) uint8 {
+	a := math.Abs(float64(x))
+	best := 0
+	for c := 1; c < len(e4m3Vals); c++ {
+		d, bd := math.Abs(e4m3Vals[c]-a), math.Abs(e4m3Vals[best]-a)
+		if d < bd || (d == bd && c%2 == 0) {
+			best = c
+		}
+	}
+	if math.Signbit(float64(x)) {
+		return uint8(best) | 0x80
+	}
+	return uint8(best)
+}
+
+// FuzzToE4M3 checks the quantizer against the oracle on any non-NaN
+// float32.
+func FuzzToE4M3(f *testing.F) {
+	for _, v := range []float32{0, 1, 448, 464, 2.5 / 512, 1e-30, -7.5 / 512} {
+		f.Add(math.Float32bits(v))
+	}
+	f.Fuzz(func(t *testing.T, bits uint32) {
+		x := math.Float32frombits(bits)
+		if x != x {
+			if ToE4M3(x)&0x7f != 0x7f {
+				t.Fatalf("NaN %#08x -> %#02x", bits, ToE4M3(x))
+			}
+			return
+		}
+		if got, want := ToE4M3(x), nearestE4M3(x); got != want {
+			t.Fatalf("ToE4M3(%g [%#08x]) = %#02x, the nearest is %#02x", x, bits, got, want)
+		}
+	})
+}
+
+func TestToE4M3Nearest(t *testing.T) {
+	vals, oracle := e4m3Vals, nearestE4M3
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 200000; i++ {
+		// Magnitudes over every fp8 binade and beyond, midpoints included.
+		var x float32
+		switch i % 3 {
+		case 0:
+			x = float32(math.Ldexp(rng.Float64()*2, rng.IntN(24)-14))
+		case 1: // exact midpoints between neighbours
+			c := rng.IntN(len(vals) - 1)
+			x = float32((vals[c] + vals[c+1]) / 2)
+		default:
+			x = math.Float32frombits(rng.Uint32()) // any float32
+		}
+		if rng.IntN(2) == 0 {
+			x = -x
+		}
+		if x != x {
+			continue
+		}
+		if got, want := ToE4M3(x), oracle(x); got != want {
+			t.Fatalf("ToE4M3(%g [%#08x]) = %#02x, the nearest is %#02x", x, math.Float32bits(x), got, want)
+		}
+	}
+	// Every code decodes and encodes back.
+	for c := 0; c < 256; c++ {
+		if c&0x7f == 0x7f {
+			continue
+		}
+		if got := ToE4M3(E4M3ToFloat32(uint8(c))); got != uint8(c) {
+			t.Errorf("code %#02x: decodes to %g, which encodes to %#02x", c, E4M3ToFloat32(uint8(c)), got)
+		}
+	}
+}
+
+func TestQuantizeBlockTable(t *testing.T) {
+	cases := []struct {
+		x     []float32
+		scale float32
+		q     []uint8
+	}{
+		// amax 896: scale 2 exactly; 0.5 = 2^-1, -1, 0.25 = 2^-2, 448.
+		{[]float32{1, -2, 0.5, 896}, 2, []uint8{0x30, 0xb8, 0x28, 0x7e}},
+		// All zero: scale 1, zeros keep their signs.
+		{[]float32{0, float32(math.Copysign(0, -1))}, 1, []uint8{0x00, 0x80}},
+		// amax 3: scale fl(3/448); 3 / scale lands on 448; 1 / scale is
+		// 149.33 = 1.1667 x 2^7, mantissa 1.33/8 -> 1/8.
+		{[]float32{1, -3}, float32(3) / 448, []uint8{0x71, 0xfe}},
+	}
+	for _, c := range cases {
+		q := make([]uint8, len(c.x))
+		s := QuantizeBlock(c.x, q)
+		if s != c.scale {
+			t.Errorf("QuantizeBlock(%v): scale %g, want %g", c.x, s, c.scale)
+		}
+		for i := range q {
+			if q[i] != c.q[i] {
+				t.Errorf("QuantizeBlock(%v): q[%d] = %#02x, want %#02x", c.x, i, q[i], c.q[i])
+			}
+		}
+	}
+}
+
+func TestDecode(t *testing.T) {
+	if g := BF16ToFloat32(0x3f80); g != 1 {
+		t.Errorf("bf16 0x3f80 = %g, want 1", g)
+	}
+	for h, want := range map[uint16]float32{0x3c00: 1, 0xc000: -2, 0x0001: float32(math.Ldexp(1, -24)), 0x7bff: 65504, 0x0400: float32(math.Ldexp(1, -14))} {
+		if g := FP16ToFloat32(h); g != want {
+			t.Errorf("fp16 %#04x = %g, want %g", h, g, want)
+		}
+	}
+}
+
+func TestScaleLayout(t *testing.T) {
+	q := Quant{Scheme: QuantBlock, Block: DefaultBlock}
+	// [384 experts, 4096 rows, 7168 cols] over TP 8 on rows: 512 rows each.
+	l := Layout{Shape: []int64{384, 4096, 7168}, DType: BF16, Mesh: Mesh{Shape: []int{2, 8}, Ranks: seq(16)},
+		Placements: []Placement{{}, {Shard: true, Dim: 1}}}
+	sl, err := ScaleLayout(l, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sl.Shape; got[0] != 384 || got[1] != 32 || got[2] != 56 {
+		t.Errorf("scale shape %v, want [384 32 56]", got)
+	}
+	for i := range l.Mesh.Ranks {
+		if w, s := q.ScaleBox(l.Shape, l.LocalBox(i)), sl.LocalBox(i); !w.Equal(s) {
+			t.Errorf("rank %d: blocks of its weight %v, but scale box %v", i, w, s)
+		}
+	}
+	// TP 32 of 2048 rows: 64 rows a shard, half a block.
+	l.Shape[1] = 2048
+	l.Mesh = Mesh{Shape: []int{1, 32}, Ranks: seq(32)}
+	_, err = ScaleLayout(l, q)
+	if !errors.Is(err, ErrCutsBlock) || !strings.Contains(err.Error(), "shards of 64") || !strings.Contains(err.Error(), "ends at 64, inside a block of 128") {
+		t.Errorf("TP 32 of 2048 rows: %v", err)
+	}
+	// Per channel, the same split is fine; per tensor it is not.
+	if _, err := ScaleLayout(l, Quant{Scheme: QuantChannel}); err != nil {
+		t.Errorf("per channel: %v", err)
+	}
+	if _, err := ScaleLayout(l, Quant{Scheme: QuantTensor}); !errors.Is(err, ErrCutsBlock) {
+		t.Errorf("per tensor over TP 32: %v", err)
+	}
+}
+
+// On random layouts, a layout CheckBlocks accepts has a scale layout whose
+// every rank holds exactly the blocks of its weight box.
+func TestScaleLayoutRandom(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	accepted := 0
+	for it := 0; it < 3000; it++ {
+		nd := 2 + rng.IntN(2)
+		shape := make([]int64, nd)
+		for d := range shape {
+			shape[d] = int64(1 + rng.IntN(12))
+		}
+		axes := 1 + rng.IntN(3)
+		ms := make([]int, axes)
+		pl := make([]Placement, axes)
+		n := 1
+		for a := range ms {
+			ms[a] = 1 + rng.IntN(4)
+			n *= ms[a]
+			if rng.IntN(3) > 0 {
+				pl[a] = Placement{Shard: true, Dim: rng.IntN(nd)}
+			}
+		}
+		l := Layout{Shape: shape, DType: BF16, Mesh: Mesh{Shape: ms, Ranks: seq(n)}, Placements: pl}
+		q := Quant{Scheme: QuantScheme(1 + rng.IntN(3)), Block: [2]int64{int64(1 + rng.IntN(4)), int64(1 + rng.IntN(4))}}
+		sl, err := ScaleLayout(l, q)
+		if err != nil {
+			if !errors.Is(err, ErrCutsBlock) {
+				t.Fatalf("%v under %v: %v", l, q, err)
+			}
+			continue
+		}
+		accepted++
+		br, bc := q.Blocks(shape)
+		for i := range n {
+			w := l.LocalBox(i)
+			if w.Empty() {
+				continue
+			}
+			// Whole blocks: starts on a block edge, ends on one or at the edge.
+			for k, bs := range [2]int64{br, bc} {
+				d := nd - 2 + k
+				if w.Start[d]%bs != 0 || ((w.Start[d]+w.Size[d])%bs != 0 && w.Start[d]+w.Size[d] != shape[d]) {
+					t.Fatalf("%v under %v: rank %d holds %v, cutting a block", l, q, i, w)
+				}
+			}
+			if s := sl.LocalBox(i); !q.ScaleBox(shape, w).Equal(s) {
+				t.Fatalf("%v under %v: rank %d: weight %v, scales %v", l, q, i, w, s)
+			}
+		}
+	}
+	if accepted < 300 {
+		t.Errorf("only %d of 3000 random layouts hold whole blocks: the test checks little", accepted)
+	}
+}
+
+func seq(n int) []int {
+	r := make([]int, n)
+	for i := range r {
+		r[i] = i
+	}
+	return r
+}

@@ -1,0 +1,343 @@
+//go:build linux && cgo
+
+package native
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/m2n-project/m2n/model/layout"
+	"github.com/m2n-project/m2n/model/units"
+)
+
+// quantCase is one box to quantize between two arrays on the device.
+type quantCase struct {
+	dt                  layout.DType
+	srcFull, srcStart   []int64
+	size                []int64
+	br, bc              int64
+	srcOff, dstOff, sOf uint64
+}
+
+// runQuantCase quantizes on the device and on the host (emulateQuant) from
+// the same random finite source, and returns the kernel and the count of
+// differing bytes.
+func runQuantCase(t *testing.T, g *cudaGPU, dev int, st handle, rng *rand.Rand, c quantCase) (string, int) {
+	t.Helper()
+	elem := c.dt.Size()
+	nd := len(c.size)
+	srcBytes := elem
+	for _, v := range c.srcFull {
+		srcBytes *= v
+	}
+	n := layout.Box{Size: c.size}.Elems()
+	sb := []int64{(c.size[nd-2] + c.br - 1) / c.br, (c.size[nd-1] + c.bc - 1) / c.bc}
+	nsc := n / c.size[nd-2] / c.size[nd-1] * sb[0] * sb[1]
+	dstAt := uint64(srcBytes+64) + c.dstOff
+	scAt := dstAt + uint64(n) + 64 + 4*c.sOf
+	host := make([]byte, scAt+uint64(4*nsc)+64)
+	for k := int64(0); k < srcBytes/elem; k++ { // finite values of every magnitude
+		v := rng.Uint64() &^ (1 << (8*elem - 2))
+		var b [8]byte
+		binary.LittleEndian.PutUint64(b[:], v)
+		copy(host[c.srcOff+uint64(k*elem):], b[:elem])
+	}
+	base, err := g.alloc(dev, int64(len(host)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.free(dev, base)
+	if err := g.upload(dev, base, host); err != nil {
+		t.Fatal(err)
+	}
+	sst := rowMajor(c.srcFull)
+	var off int64
+	for d := range nd {
+		off += c.srcStart[d] * sst[d]
+	}
+	sdt, _ := sdtCode(c.dt)
+	plan := func(b uint64) (quantArgs, string) {
+		return planQuantArrays(b+c.srcOff+uint64(off*elem), b+dstAt, b+scAt, sst, rowMajor(c.size),
+			rowMajor(append(append([]int64(nil), c.size[:nd-2]...), sb...)), c.size, c.br, c.bc, sdt, elem)
+	}
+	a, kernel := plan(base)
+	if err := g.quantize(&a, kernel, st); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.sync(st); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(host))
+	if err := g.download(dev, got, base); err != nil {
+		t.Fatal(err)
+	}
+	ha, _ := plan(0)
+	emulateQuant(host, ha)
+	bad := 0
+	for k := range host {
+		if host[k] != got[k] {
+			bad++
+		}
+	}
+	return kernel, bad
+}
+
+// The quantize kernels against the reference quantizer on random boxes,
+// strided and not, every source dtype, aligned (vector kernels) or not.
+func TestGPUQuantizeKernels(t *testing.T) {
+	devs, err := Devices()
+	skipWithoutGPU(t, err)
+	g, err := newCUDA([]int{devs[0].Index}, time.Minute)
+	skipWithoutGPU(t, err)
+	defer g.close()
+	dev := devs[0].Index
+	st, _ := g.newStream(dev)
+	rng := rand.New(rand.NewPCG(61, 62))
+	kernels := map[string]int{}
+	for i := range 200 {
+		nd := 2 + rng.IntN(2)
+		c := quantCase{dt: []layout.DType{layout.BF16, layout.FP16, layout.FP32}[rng.IntN(3)]}
+		c.br, c.bc = []int64{1, 3, 8, 128}[rng.IntN(4)], []int64{1, 5, 8, 16, 128}[rng.IntN(5)]
+		c.srcFull, c.srcStart, c.size = make([]int64, nd), make([]int64, nd), make([]int64, nd)
+		for d := range nd {
+			c.size[d] = 1 + rng.Int64N([]int64{3, 40, 600}[rng.IntN(3)])
+			if d < nd-2 {
+				c.size[d] = 1 + rng.Int64N(4)
+			}
+			c.srcFull[d] = c.size[d]
+			if rng.IntN(2) == 0 { // strided: the box inside a larger array, starting on a block edge
+				c.srcFull[d] += rng.Int64N(3) * 8
+				if d >= nd-2 {
+					c.srcStart[d] = (c.srcFull[d] - c.size[d]) / 8 * 8
+				}
+			}
+		}
+		if rng.IntN(3) == 0 {
+			c.srcOff, c.dstOff, c.sOf = uint64(2*rng.IntN(8)), uint64(rng.IntN(8)), uint64(rng.IntN(4))
+		}
+		kernel, bad := runQuantCase(t, g, dev, st, rng, c)
+		kernels[kernel]++
+		if bad > 0 {
+			t.Errorf("case %d: %s, %v box %v in %v at %v, blocks %dx%d: %d bytes differ from the reference", i, kernel, c.dt, c.size, c.srcFull, c.srcStart, c.br, c.bc, bad)
+		}
+	}
+	t.Logf("kernels exercised: %v", kernels)
+}
+
+// readFile reads a little-endian file of the PyTorch check (scripts/gpu-fp8.sh).
+func readFile(t *testing.T, dir, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// Bit-equality with PyTorch (M2N_FP8_DIR, written by scripts/fp8_torch.py):
+// fp8 bits of x / s as torch's (x / s).clamp(-448, 448).to(float8_e4m3fn),
+// from the Go reference and the device conversion; and whole 128 x 128
+// blocks of bf16, quantized by torch as the reference describes, from the
+// Go reference and the quantize kernel.
+func TestGPUFP8Bits(t *testing.T) {
+	dir := os.Getenv("M2N_FP8_DIR")
+	if dir == "" {
+		t.Skip("M2N_FP8_DIR is not set: scripts/gpu-fp8.sh sets it")
+	}
+	x, s, q := readFile(t, dir, "values.f32"), readFile(t, dir, "scales.f32"), readFile(t, dir, "torch.u8")
+	n := len(q)
+	if len(x) != 4*n || len(s) != 4*n {
+		t.Fatalf("values %d, scales %d, torch bits %d: want 4n, 4n, n", len(x), len(s), n)
+	}
+	f := func(b []byte, i int) float32 { return math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])) }
+	bad := 0
+	for i := range n {
+		if got := layout.ToE4M3(f(x, i) / f(s, i)); got != q[i] {
+			if bad < 5 {
+				t.Errorf("Go: %g / %g -> %#02x, PyTorch %#02x", f(x, i), f(s, i), got, q[i])
+			}
+			bad++
+		}
+	}
+	t.Logf("Go reference: %d of %d values differ from PyTorch", bad, n)
+	devs, err := Devices()
+	skipWithoutGPU(t, err)
+	g, err := newCUDA([]int{devs[0].Index}, time.Minute)
+	skipWithoutGPU(t, err)
+	defer g.close()
+	dev := devs[0].Index
+	st, _ := g.newStream(dev)
+	dx, _ := g.alloc(dev, int64(len(x)))
+	ds, _ := g.alloc(dev, int64(len(s)))
+	dq, _ := g.alloc(dev, int64(n))
+	g.upload(dev, dx, x)
+	g.upload(dev, ds, s)
+	type args struct { // struct ConvertArgs
+		x, s, q uint64
+		n       int64
+	}
+	a := args{dx, ds, dq, int64(n)}
+	if err := g.launch(dev, "e4m3_convert", 1024, 256, st, unsafe.Pointer(&a), unsafe.Sizeof(a), 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.sync(st); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, n)
+	g.download(dev, got, dq)
+	dbad := 0
+	for i := range n {
+		if got[i] != q[i] {
+			if dbad < 5 {
+				t.Errorf("device: %g / %g -> %#02x, PyTorch %#02x", f(x, i), f(s, i), got[i], q[i])
+			}
+			dbad++
+		}
+	}
+	t.Logf("device conversion: %d of %d values differ from PyTorch", dbad, n)
+
+	// Whole blocks.
+	blk, bq, bs := readFile(t, dir, "blocks.bf16"), readFile(t, dir, "blocks_q.u8"), readFile(t, dir, "blocks_scale.f32")
+	nb := int64(len(bs) / 4)
+	if int64(len(blk)) != nb*128*128*2 || int64(len(bq)) != nb*128*128 {
+		t.Fatalf("blocks: %d bytes of bf16, %d of fp8 for %d scales", len(blk), len(bq), nb)
+	}
+	vals := make([]float32, nb*128*128)
+	for i := range vals {
+		vals[i] = layout.BF16ToFloat32(binary.LittleEndian.Uint16(blk[2*i:]))
+	}
+	hq, hs := make([]uint8, len(vals)), make([]float32, nb)
+	layout.QuantizeBox(vals, []int64{nb, 128, 128}, 128, 128, hq, hs)
+	gb := 0
+	for i := range hq {
+		if hq[i] != bq[i] {
+			gb++
+		}
+	}
+	for i := range hs {
+		if math.Float32bits(hs[i]) != binary.LittleEndian.Uint32(bs[4*i:]) {
+			gb++
+		}
+	}
+	t.Logf("Go reference, %d blocks of 128 x 128: %d fp8 bytes or scales differ from PyTorch", nb, gb)
+	src, _ := g.alloc(dev, int64(len(blk)))
+	out, _ := g.alloc(dev, int64(len(bq)))
+	sc, _ := g.alloc(dev, int64(len(bs)))
+	g.upload(dev, src, blk)
+	size := []int64{nb, 128, 128}
+	qa, kernel := planQuantArrays(src, out, sc, rowMajor(size), rowMajor(size), rowMajor([]int64{nb, 1, 1}), size, 128, 128, 1, 2)
+	if err := g.quantize(&qa, kernel, st); err != nil {
+		t.Fatal(err)
+	}
+	g.sync(st)
+	kq, ks := make([]byte, len(bq)), make([]byte, len(bs))
+	g.download(dev, kq, out)
+	g.download(dev, ks, sc)
+	kb := 0
+	for i := range kq {
+		if kq[i] != bq[i] {
+			kb++
+		}
+	}
+	for i := range ks {
+		if ks[i] != bs[i] {
+			kb++
+		}
+	}
+	t.Logf("kernel %s, %d blocks: %d fp8 bytes or scale bytes differ from PyTorch", kernel, nb, kb)
+	if bad+dbad+gb+kb > 0 {
+		t.Errorf("differences from PyTorch: Go %d, device %d, Go blocks %d, kernel blocks %d", bad, dbad, gb, kb)
+	}
+}
+
+// The quantize kernel's bandwidth on the paper tensor's boxes against a
+// device copy of the bf16 bytes, both counting bytes read and written:
+// bf16 in, fp8 and scales out. Run with -test.bench GPUQuantize.
+func BenchmarkGPUQuantize(b *testing.B) {
+	devs, err := Devices()
+	skipWithoutGPU(b, err)
+	g, err := newCUDA([]int{devs[0].Index}, time.Minute)
+	skipWithoutGPU(b, err)
+	defer g.close()
+	dev := devs[0].Index
+	st, _ := g.newStream(dev)
+	e0, _ := g.newEvent(dev, true)
+	e1, _ := g.newEvent(dev, true)
+	timeIt := func(f func() error) units.Time {
+		var ts []units.Time
+		for i := range 11 {
+			g.record(e0, st)
+			if err := f(); err != nil {
+				b.Fatal(err)
+			}
+			g.record(e1, st)
+			if err := g.sync(st); err != nil {
+				b.Fatal(err)
+			}
+			if i > 0 {
+				t, _ := g.elapsed(e0, e1)
+				ts = append(ts, t)
+			}
+		}
+		slices.Sort(ts)
+		return ts[len(ts)/2]
+	}
+	cases := []struct {
+		name        string
+		full, start []int64
+		size        []int64
+	}{
+		// A trainer rank's shard of the paper's layer (EP16), quantized whole at the source.
+		{"paper-shard", []int64{16, 2048, 7168}, []int64{0, 0, 0}, []int64{16, 2048, 7168}},
+		// One destination slot's part of it (TP8): strided in the shard.
+		{"paper-pack-box", []int64{16, 2048, 7168}, []int64{0, 256, 0}, []int64{16, 256, 7168}},
+		// A dense matrix, Kimi-K2's o_proj: [7168, 8192].
+		{"o-proj", []int64{7168, 8192}, []int64{0, 0}, []int64{7168, 8192}},
+	}
+	for _, c := range cases {
+		nd := len(c.size)
+		full := layout.Box{Size: c.full}.Elems() * 2
+		n := layout.Box{Size: c.size}.Elems()
+		sb := append(append([]int64(nil), c.size[:nd-2]...), (c.size[nd-2]+127)/128, (c.size[nd-1]+127)/128)
+		nsc := layout.Box{Size: sb}.Elems()
+		src, err := g.alloc(dev, full)
+		if err != nil {
+			b.Fatal(err)
+		}
+		dst, _ := g.alloc(dev, n)
+		sc, _ := g.alloc(dev, 4*nsc)
+		cp, _ := g.alloc(dev, 2*n)
+		sst := rowMajor(c.full)
+		var off int64
+		for d := range nd {
+			off += c.start[d] * sst[d]
+		}
+		qa, kernel := planQuantArrays(src+uint64(2*off), dst, sc, sst, rowMajor(c.size), rowMajor(sb), c.size, 128, 128, 1, 2)
+		b.Run(c.name, func(b *testing.B) {
+			var tq, tc units.Time
+			for b.Loop() {
+				tq = timeIt(func() error { return g.quantize(&qa, kernel, st) })
+				tc = timeIt(func() error { return g.copy(cp, src, 2*n, st) })
+			}
+			qbw := float64(2*n+n+4*nsc) / tq.Seconds() / 1e9
+			cbw := float64(4*n) / tc.Seconds() / 1e9
+			b.ReportMetric(qbw, "quantize-GB/s")
+			b.ReportMetric(cbw, "copy-GB/s")
+			b.ReportMetric(qbw/cbw, "quantize/copy")
+			fmt.Fprintf(os.Stderr, "quantize %-15s %v %s: %7.0f GB/s (read+written) against a device copy's %7.0f GB/s: %.2f\n",
+				c.name, c.size, kernel, qbw, cbw, qbw/cbw)
+		})
+		g.free(dev, src)
+		g.free(dev, dst)
+		g.free(dev, sc)
+		g.free(dev, cp)
+	}
+}

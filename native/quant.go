@@ -1,0 +1,169 @@
+package native
+
+import (
+	"fmt"
+
+	"github.com/m2n-project/m2n/model/layout"
+	"github.com/m2n-project/m2n/plan/ir"
+)
+
+// quantArgs mirrors struct QuantArgs in kernels/copy.cu, field for field.
+type quantArgs struct {
+	Src, Dst, Scale                    uint64
+	Lead, Rows, Cols, BR, BC, NBR, NBC int64
+	NLead, SDT                         int32
+	Size                               [maxDims]int64
+	SrcStride                          [maxDims]int64
+	DstStride                          [maxDims]int64
+	ScaleStride                        [maxDims]int64
+}
+
+// quantCheckArgs mirrors struct QuantCheckArgs in kernels/copy.cu.
+type quantCheckArgs struct {
+	Buf                     uint64
+	Tensor, SDT, ND, Scales int32
+	BR, BC                  int64
+	Start, Size, GStride    [maxDims]int64
+}
+
+// sdtCode is the kernels' code of a quantized tensor's source dtype.
+func sdtCode(dt layout.DType) (int32, error) {
+	switch dt {
+	case layout.BF16:
+		return 1, nil
+	case layout.FP16:
+		return 2, nil
+	case layout.FP32:
+		return 3, nil
+	}
+	return 0, fmt.Errorf("quantize: source dtype %v (the kernels take bf16, fp16 and fp32)", dt)
+}
+
+// rowMajor returns the element strides of a row-major array of shape full.
+func rowMajor(full []int64) []int64 {
+	st := make([]int64, len(full))
+	n := int64(1)
+	for d := len(full) - 1; d >= 0; d-- {
+		st[d] = n
+		n *= full[d]
+	}
+	return st
+}
+
+// regionArray returns where a region's box starts (its first element's
+// address) and the element strides of its buffer around it: a box of a
+// placed buffer inside the buffer's box; a byte range holds its box dense.
+func (x *Executor) regionArray(r ir.Region, size []int64, elem int64) (uint64, []int64) {
+	s := x.s
+	if r.IsBox() {
+		b := &s.Buffers[r.Buf]
+		st := rowMajor(b.Box.Size)
+		var off int64
+		for d, v := range s.Box(r).Start {
+			off += v * st[d]
+		}
+		return x.bufAddr[r.Buf] + uint64(off*elem), st
+	}
+	return x.addr(r), rowMajor(size)
+}
+
+// planQuant computes the arguments and the kernel of quantize op i.
+func (x *Executor) planQuant(i int32) (quantArgs, string, error) {
+	var a quantArgs
+	s := x.s
+	op := &s.Ops[i]
+	b := &s.Buffers[op.Src.Buf]
+	t := &s.Tensors[b.Tensor]
+	box, ok := s.GlobalBox(op.Src)
+	if !ok {
+		return a, "", fmt.Errorf("op %d: quantizes a byte range that is not a box", i)
+	}
+	nd := len(box.Size)
+	if nd > maxDims {
+		return a, "", fmt.Errorf("op %d: a tensor of %d dims: the kernels take at most %d", i, nd, maxDims)
+	}
+	sdt, err := sdtCode(t.Src.DType)
+	if err != nil {
+		return a, "", err
+	}
+	br, bc := t.Quant.Blocks(t.Src.Shape)
+	sbox := t.Quant.ScaleBox(t.Src.Shape, box)
+	elem := t.Src.DType.Size()
+	src, sst := x.regionArray(op.Src, box.Size, elem)
+	dst, dstS := x.regionArray(op.Dst, box.Size, 1)
+	scale, scS := x.regionArray(s.QuantScale[i], sbox.Size, 4)
+	a, kernel := planQuantArrays(src, dst, scale, sst, dstS, scS, box.Size, br, bc, sdt, elem)
+	return a, kernel, nil
+}
+
+// planQuantArrays computes the arguments and the kernel that quantize a
+// box of the given size (its last two dims whole blocks of br x bc) from
+// src to dst (fp8) and scale (FP32): each side's first element's address
+// and the element strides of its array around it.
+func planQuantArrays(src, dst, scale uint64, sst, dstS, scS, size []int64, br, bc int64, sdt int32, elem int64) (quantArgs, string) {
+	nd := len(size)
+	sb := []int64{(size[nd-2] + br - 1) / br, (size[nd-1] + bc - 1) / bc}
+	box := layout.Box{Size: size}
+	a := quantArgs{Src: src, Dst: dst, Scale: scale, Lead: 1, Rows: box.Size[nd-2], Cols: box.Size[nd-1], BR: br, BC: bc,
+		NBR: sb[0], NBC: sb[1], NLead: int32(nd - 2), SDT: sdt}
+	for d := 0; d < nd-2; d++ {
+		a.Lead *= box.Size[d]
+		a.Size[d] = box.Size[d]
+	}
+	for d := 0; d < nd-1; d++ {
+		a.SrcStride[d], a.DstStride[d], a.ScaleStride[d] = sst[d], dstS[d], scS[d]
+	}
+	// Vectors when every block row is whole 16-byte source vectors and
+	// V-byte destination words.
+	v := int64(16 / elem)
+	ok := bc%v == 0 && a.Cols%v == 0 && src%16 == 0 && dst%uint64(v) == 0
+	for d := 0; d < nd-1; d++ {
+		ok = ok && (sst[d]*elem)%16 == 0 && dstS[d]%v == 0
+	}
+	if !ok {
+		v = 1
+	}
+	return a, fmt.Sprintf("quantize_e4m3_%d", v)
+}
+
+// planQuantCheck computes the check of an output buffer of a quantized
+// tensor (its fp8 bytes) or of a scale tensor (its scales); ok is false
+// for any other buffer.
+func planQuantCheck(s *ir.Schedule, buf int, addr uint64) (quantCheckArgs, bool, error) {
+	var a quantCheckArgs
+	b := &s.Buffers[buf]
+	t := &s.Tensors[b.Tensor]
+	w, box, scales := b.Tensor, b.Box, int32(0)
+	switch {
+	case t.Quant.On():
+	case t.ScaleOf > 0:
+		w, scales = t.ScaleOf-1, 1
+		wt := &s.Tensors[w]
+		br, bc := wt.Quant.Blocks(wt.Src.Shape)
+		box = b.Box.Clone()
+		nd := len(box.Size)
+		for k, bs := range [2]int64{br, bc} {
+			d := nd - 2 + k
+			lo := b.Box.Start[d] * bs
+			box.Start[d], box.Size[d] = lo, min((b.Box.Start[d]+b.Box.Size[d])*bs, wt.Src.Shape[d])-lo
+		}
+	default:
+		return a, false, nil
+	}
+	wt := &s.Tensors[w]
+	nd := len(box.Size)
+	if nd > maxDims {
+		return a, false, fmt.Errorf("a tensor of %d dims: the kernels take at most %d", nd, maxDims)
+	}
+	sdt, err := sdtCode(wt.Src.DType)
+	if err != nil {
+		return a, false, err
+	}
+	br, bc := wt.Quant.Blocks(wt.Src.Shape)
+	a = quantCheckArgs{Buf: addr, Tensor: int32(w), SDT: sdt, ND: int32(nd), Scales: scales, BR: br, BC: bc}
+	g := rowMajor(wt.Src.Shape)
+	for d := range nd {
+		a.Start[d], a.Size[d], a.GStride[d] = box.Start[d], box.Size[d], g[d]
+	}
+	return a, true, nil
+}
