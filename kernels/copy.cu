@@ -376,10 +376,25 @@ __device__ __forceinline__ float block_max(float v, float* red) {
 // V elements a thread at a time: V = 1 anywhere; V = 8 (bf16, fp16) or 4
 // (fp32) when every block row is a whole number of 16-byte-aligned vectors
 // on the source and V-byte-aligned on the destination (native checks).
+// A block's vectors are read once into registers (up to QREG a thread,
+// which holds a 128 x 128 block with 256 threads at V = 8), their amax
+// reduced, and quantized from the registers; a larger block reads its
+// source twice. In-block indices are 32-bit, and a thread keeps one
+// column when the block's threads are a multiple of its vectors a row.
+#define QREG 8
+
+template <int V>
+__device__ __forceinline__ void quant_store_block(const QuantArgs& a, i64 dof, i64 drow, int r, int c, const float* x, float s) {
+    unsigned char q[V];
+    for (int k = 0; k < V; ++k) q[k] = to_e4m3(__fdiv_rn(x[k], s));
+    quant_storev<V>(a, dof + r * drow + c, q);
+}
+
 template <int V>
 __device__ void quantize_e4m3(const QuantArgs& a) {
     __shared__ float red[33];
     i64 nblocks = a.lead * a.nbr * a.nbc;
+    const i64 srow = a.src_stride[a.nlead], drow = a.dst_stride[a.nlead];
     for (i64 b = blockIdx.x; b < nblocks; b += gridDim.x) {
         i64 j = b % a.nbc, t = b / a.nbc;
         i64 i = t % a.nbr, l = t / a.nbr;
@@ -392,26 +407,67 @@ __device__ void quantize_e4m3(const QuantArgs& a) {
             sco += x * a.scale_stride[k];
         }
         i64 r0 = i * a.br, c0 = j * a.bc;
-        i64 nr = imin(a.br, a.rows - r0), nc = imin(a.bc, a.cols - c0);
-        i64 nv = nc / V; // vectors a row
-        i64 srow = a.src_stride[a.nlead], drow = a.dst_stride[a.nlead];
+        so += r0 * srow + c0;
+        dof += r0 * drow + c0;
+        const int nr = (int)imin(a.br, a.rows - r0), nv = (int)(imin(a.bc, a.cols - c0) / V);
+        const int total = nr * nv;
+        // This thread's vectors: e = tid + k x blockDim; with blockDim a
+        // multiple of nv its column is fixed and its row steps evenly.
+        const bool fixed = (blockDim.x % nv) == 0;
+        const int col = fixed ? (int)(threadIdx.x % nv) * V : 0, row0 = fixed ? (int)(threadIdx.x / nv) : 0;
+        const int rstep = fixed ? (int)(blockDim.x / nv) : 0;
+        auto at = [&](int k, int& rr, int& cc) {
+            if (fixed) {
+                rr = row0 + k * rstep;
+                cc = col;
+            } else {
+                int e = threadIdx.x + k * blockDim.x;
+                rr = e / nv;
+                cc = (e % nv) * V;
+            }
+        };
+        const int mine = total > (int)threadIdx.x ? (total - 1 - (int)threadIdx.x) / (int)blockDim.x + 1 : 0;
         float amax = 0.0f;
-        for (i64 e = threadIdx.x; e < nr * nv; e += blockDim.x) {
-            i64 rr = e / nv, cc = (e % nv) * V;
+        if (total <= QREG * (int)blockDim.x) {
+            float x[QREG][V];
+#pragma unroll
+            for (int k = 0; k < QREG; ++k) {
+                if (k < mine) {
+                    int rr, cc;
+                    at(k, rr, cc);
+                    quant_loadv<V>(a, so + rr * srow + cc, x[k]);
+                    for (int q = 0; q < V; ++q) amax = fmaxf(amax, fabsf(x[k][q]));
+                }
+            }
+            amax = block_max(amax, red);
+            float s = quant_scale(amax);
+            if (threadIdx.x == 0) ((float*)a.scale)[sco + i * a.scale_stride[a.nlead] + j] = s;
+#pragma unroll
+            for (int k = 0; k < QREG; ++k) {
+                if (k < mine) {
+                    int rr, cc;
+                    at(k, rr, cc);
+                    quant_store_block<V>(a, dof, drow, rr, cc, x[k], s);
+                }
+            }
+            continue;
+        }
+        for (int k = 0; k < mine; ++k) {
+            int rr, cc;
+            at(k, rr, cc);
             float x[V];
-            quant_loadv<V>(a, so + (r0 + rr) * srow + c0 + cc, x);
-            for (int k = 0; k < V; ++k) amax = fmaxf(amax, fabsf(x[k]));
+            quant_loadv<V>(a, so + rr * srow + cc, x);
+            for (int q = 0; q < V; ++q) amax = fmaxf(amax, fabsf(x[q]));
         }
         amax = block_max(amax, red);
         float s = quant_scale(amax);
         if (threadIdx.x == 0) ((float*)a.scale)[sco + i * a.scale_stride[a.nlead] + j] = s;
-        for (i64 e = threadIdx.x; e < nr * nv; e += blockDim.x) {
-            i64 rr = e / nv, cc = (e % nv) * V;
+        for (int k = 0; k < mine; ++k) {
+            int rr, cc;
+            at(k, rr, cc);
             float x[V];
-            unsigned char q[V];
-            quant_loadv<V>(a, so + (r0 + rr) * srow + c0 + cc, x);
-            for (int k = 0; k < V; ++k) q[k] = to_e4m3(__fdiv_rn(x[k], s));
-            quant_storev<V>(a, dof + (r0 + rr) * drow + c0 + cc, q);
+            quant_loadv<V>(a, so + rr * srow + cc, x);
+            quant_store_block<V>(a, dof, drow, rr, cc, x, s);
         }
     }
 }

@@ -92,6 +92,9 @@ func (x *Executor) planQuant(i int32) (quantArgs, string, error) {
 	src, sst := x.regionArray(op.Src, box.Size, elem)
 	dst, dstS := x.regionArray(op.Dst, box.Size, 1)
 	scale, scS := x.regionArray(s.QuantScale[i], sbox.Size, 4)
+	if src%uint64(elem) != 0 || scale%4 != 0 {
+		return a, "", fmt.Errorf("op %d: quantize: the source (at %#x) must be aligned to its %d-byte elements and the scales (at %#x) to 4 bytes", i, src, elem, scale)
+	}
 	a, kernel := planQuantArrays(src, dst, scale, sst, dstS, scS, box.Size, br, bc, sdt, elem)
 	return a, kernel, nil
 }
