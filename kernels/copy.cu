@@ -383,14 +383,27 @@ __device__ __forceinline__ float block_max(float v, float* red) {
 // column when the block's threads are a multiple of its vectors a row.
 #define QREG 8
 
-template <int V>
-__device__ __forceinline__ void quant_store_block(const QuantArgs& a, i64 dof, i64 drow, int r, int c, const float* x, float s) {
+// quant_div is x / s rounded to nearest even. With rs = RN(1/s) normal,
+// y = RN(x rs) is within an ulp of x / s and one Markstein step,
+// RN(y + RN-exact(x - y s) rs), rounds it correctly (a quotient that
+// underflows is below e4m3's least subnormal's half either way). Blocks
+// whose scale has no normal reciprocal divide (DIV forces it, to compare).
+template <bool DIV>
+__device__ __forceinline__ float quant_div(float x, float s, float rs, bool fast) {
+    if (DIV || !fast) return __fdiv_rn(x, s);
+    float y = __fmul_rn(x, rs);
+    float e = __fmaf_rn(-y, s, x);
+    return __fmaf_rn(e, rs, y);
+}
+
+template <int V, bool DIV>
+__device__ __forceinline__ void quant_store_block(const QuantArgs& a, i64 dof, i64 drow, int r, int c, const float* x, float s, float rs, bool fast) {
     unsigned char q[V];
-    for (int k = 0; k < V; ++k) q[k] = to_e4m3(__fdiv_rn(x[k], s));
+    for (int k = 0; k < V; ++k) q[k] = to_e4m3(quant_div<DIV>(x[k], s, rs, fast));
     quant_storev<V>(a, dof + r * drow + c, q);
 }
 
-template <int V>
+template <int V, bool DIV>
 __device__ void quantize_e4m3(const QuantArgs& a) {
     __shared__ float red[33];
     i64 nblocks = a.lead * a.nbr * a.nbc;
@@ -440,14 +453,15 @@ __device__ void quantize_e4m3(const QuantArgs& a) {
                 }
             }
             amax = block_max(amax, red);
-            float s = quant_scale(amax);
+            float s = quant_scale(amax), rs = __frcp_rn(s);
+            bool fast = s >= 0x1p-125f;
             if (threadIdx.x == 0) ((float*)a.scale)[sco + i * a.scale_stride[a.nlead] + j] = s;
 #pragma unroll
             for (int k = 0; k < QREG; ++k) {
                 if (k < mine) {
                     int rr, cc;
                     at(k, rr, cc);
-                    quant_store_block<V>(a, dof, drow, rr, cc, x[k], s);
+                    quant_store_block<V, DIV>(a, dof, drow, rr, cc, x[k], s, rs, fast);
                 }
             }
             continue;
@@ -460,21 +474,24 @@ __device__ void quantize_e4m3(const QuantArgs& a) {
             for (int q = 0; q < V; ++q) amax = fmaxf(amax, fabsf(x[q]));
         }
         amax = block_max(amax, red);
-        float s = quant_scale(amax);
+        float s = quant_scale(amax), rs = __frcp_rn(s);
+        bool fast = s >= 0x1p-125f;
         if (threadIdx.x == 0) ((float*)a.scale)[sco + i * a.scale_stride[a.nlead] + j] = s;
         for (int k = 0; k < mine; ++k) {
             int rr, cc;
             at(k, rr, cc);
             float x[V];
             quant_loadv<V>(a, so + rr * srow + cc, x);
-            quant_store_block<V>(a, dof, drow, rr, cc, x, s);
+            quant_store_block<V, DIV>(a, dof, drow, rr, cc, x, s, rs, fast);
         }
     }
 }
 
-extern "C" __global__ void quantize_e4m3_1(QuantArgs a) { quantize_e4m3<1>(a); }
-extern "C" __global__ void quantize_e4m3_4(QuantArgs a) { quantize_e4m3<4>(a); }
-extern "C" __global__ void quantize_e4m3_8(QuantArgs a) { quantize_e4m3<8>(a); }
+extern "C" __global__ void quantize_e4m3_1(QuantArgs a) { quantize_e4m3<1, false>(a); }
+extern "C" __global__ void quantize_e4m3_4(QuantArgs a) { quantize_e4m3<4, false>(a); }
+extern "C" __global__ void quantize_e4m3_8(QuantArgs a) { quantize_e4m3<8, false>(a); }
+// The same with IEEE division for every element, for the benchmark.
+extern "C" __global__ void quantize_e4m3_8_div(QuantArgs a) { quantize_e4m3<8, true>(a); }
 
 // QuantCheckArgs describes an output of a quantized tensor to verify: the
 // fp8 bytes of a block-aligned global box of the weight (scales = 0), or
