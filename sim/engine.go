@@ -100,10 +100,25 @@ var ErrDeadlock = errors.New("sim: deadlock")
 
 // Run simulates a schedule on a topology.
 func Run(s *ir.Schedule, tp *topo.Topology, opt Options) (*Result, error) {
+	return run(s, tp, opt, nil)
+}
+
+// solver shares the resources among the active flows: the engine's view of
+// the max-min solver. solve returns the flows whose rate changed since the
+// last solve, with their old and new rates.
+type solver interface {
+	add(res []int32, coef []float64, limit float64) int32
+	remove(id int32)
+	solve() []change
+}
+
+// run simulates with the solver that newSolver makes (nil: newFluid); the
+// tests run the old solver through it.
+func run(s *ir.Schedule, tp *topo.Topology, opt Options, newSolver func(capacity []float64) solver) (*Result, error) {
 	if err := tp.Validate(); err != nil {
 		return nil, fmt.Errorf("topology: %w", err)
 	}
-	e, err := newEngine(s, tp, opt)
+	e, err := newEngine(s, tp, opt, newSolver)
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +131,7 @@ type engine struct {
 	opt Options
 
 	res   []Resource
-	fluid *fluid
+	fluid solver
 	// per GPU (index into gpus): resource indices
 	gpus   []int       // GPU ids in use
 	gpuIdx map[int]int // GPU id -> index
@@ -186,7 +201,7 @@ func (f *flowRec) hold(r int32, coef float64) {
 	f.nres++
 }
 
-func newEngine(s *ir.Schedule, tp *topo.Topology, opt Options) (*engine, error) {
+func newEngine(s *ir.Schedule, tp *topo.Topology, opt Options, newSolver func(capacity []float64) solver) (*engine, error) {
 	e := &engine{s: s, tp: tp, opt: opt, gpuIdx: map[int]int{}, rankG: map[int32]int{}, fabUp: map[int]int32{}, fabDn: map[int]int32{}}
 	if !opt.Ideal {
 		e.lat = [3]units.Time{ir.Local: tp.LatencyLocal, ir.NVLink: tp.LatencyNVLink, ir.Net: tp.LatencyNet}
@@ -244,7 +259,11 @@ func newEngine(s *ir.Schedule, tp *topo.Topology, opt Options) (*engine, error) 
 			return nil, fmt.Errorf("resource %s has capacity %v: must be positive", r.Name, r.Capacity)
 		}
 	}
-	e.fluid = newFluid(caps)
+	if newSolver == nil {
+		e.fluid = newFluid(caps)
+	} else {
+		e.fluid = newSolver(caps)
+	}
 	e.active = make([]int32, len(e.res))
 	e.since = make([]units.Time, len(e.res))
 	e.busy = make([]units.Time, len(e.res))
@@ -497,7 +516,7 @@ func (e *engine) rebalance() {
 			f.left = 0
 		}
 		f.last = e.now
-		f.rate = e.fluid.flows[c.id].rate
+		f.rate = c.new
 		f.version++
 		dt := units.Time(math.Ceil(f.left / f.rate))
 		// The flow's completion moves: one pending event per flow, updated

@@ -57,10 +57,10 @@ type fluid struct {
 	capped   []int32   // scratch: unfrozen flows with a rate cap
 }
 
-// change records a flow whose rate a solve changed, with its old rate.
+// change records a flow whose rate a solve changed: its old and new rates.
 type change struct {
-	id  int32
-	old float64
+	id       int32
+	old, new float64
 }
 
 type flowState struct {
@@ -315,7 +315,7 @@ func (f *fluid) freeze(id int32, level float64, at int32) {
 	fl.frozen = true
 	fl.bott = at
 	if fl.rate != level {
-		f.changed = append(f.changed, change{id, fl.rate})
+		f.changed = append(f.changed, change{id, fl.rate, level})
 	}
 	fl.rate = level
 	for k := range int(fl.n) {
@@ -395,7 +395,7 @@ func (f *fluid) solveLocal() bool {
 		fl := &f.flows[id]
 		nr := f.nrate[id]
 		if nr != fl.rate {
-			f.changed = append(f.changed, change{id, fl.rate})
+			f.changed = append(f.changed, change{id, fl.rate, nr})
 			for k := range int(fl.n) {
 				f.load[fl.res[k]] += fl.coef[k] * (nr - fl.rate)
 			}
