@@ -22,8 +22,13 @@ type Options struct {
 	// Loopback simulates the GPU executor's loopback mode: every rank on one
 	// GPU, every transfer a device copy, all sharing that GPU's memory.
 	Loopback bool
-	// Timeline records each op's start and end.
+	// Timeline records each op's start and end (Result.Ops), and each
+	// flow (as Flows does).
 	Timeline bool
+	// Flows records each flow: Result.FlowOf, FlowRes, FlowCoef, FlowLat
+	// and FlowOps. Without it (or Timeline) the simulation keeps a flow's
+	// state only while the flow lives.
+	Flows bool
 	// Progress, if set, is told how far the simulation has come: once
 	// before the first event, then every 4096 batches of
 	// simultaneous events, and once at the end. Its reports are monotone
@@ -86,6 +91,8 @@ type Result struct {
 	Resources  []ResourceStat // every resource, in index order
 	Bottleneck ResourceStat   // the most utilized resource
 	Ops        []Span         // per op, when Options.Timeline is set
+	// The flows, when Options.Flows or Timeline is set; a flow's id is its
+	// place in the order flows were created.
 	// FlowOf maps each op to its flow; a send and its recv share one.
 	FlowOf []int32
 	// FlowRes lists each flow's resources and their coefficients.
@@ -154,8 +161,13 @@ type engine struct {
 	done       int
 
 	// flows
-	flowOf  []int32 // op -> flow
-	fl      []flowRec
+	flowOf  []int32   // op -> flow id, when recording flows
+	fl      []flowRec // the live flows, by slot; a slot is reused once its flow ends
+	freeFl  []int32   // free slots of fl
+	nflows  int32     // flows created: the next flow's id
+	record  bool      // record every flow in the result
+	resBuf  []int32   // with record: backing of the result's paths
+	coefBuf []float64
 	byFluid []int32      // fluid id -> flow
 	active  []int32      // per resource, active flow count (for busy time)
 	since   []units.Time // per resource, when it last became busy
@@ -276,14 +288,19 @@ func (e *engine) run() (*Result, error) {
 	n := int32(len(s.Ops))
 	e.waiting = make([]int32, n)
 	e.ready = make([]bool, n)
-	e.flowOf = make([]int32, n)
+	e.record = e.opt.Flows || e.opt.Timeline
+	if e.record {
+		e.flowOf = make([]int32, n)
+	}
 	e.depStart = make([]int32, n+1)
 	for i := range n {
 		e.waiting[i] = s.Ops[i].DepLen
 		for _, d := range s.Deps(i) {
 			e.depStart[d+1]++
 		}
-		e.flowOf[i] = -1
+		if e.record {
+			e.flowOf[i] = -1
+		}
 	}
 	for i := range n {
 		e.depStart[i+1] += e.depStart[i]
@@ -303,12 +320,13 @@ func (e *engine) run() (*Result, error) {
 			nflows++
 		}
 	}
-	e.fl = make([]flowRec, 0, nflows)
-	e.events.pos = make([]int32, nflows)
-	for i := range e.events.pos {
-		e.events.pos[i] = -1
+	if e.record {
+		e.result = &Result{FlowOf: e.flowOf}
+		e.result.FlowRes, e.result.FlowCoef = make([][]int32, 0, nflows), make([][]float64, 0, nflows)
+		e.result.FlowLat, e.result.FlowOps = make([]units.Time, 0, nflows), make([][2]int32, 0, nflows)
+	} else {
+		e.result = &Result{}
 	}
-	e.result = &Result{FlowOf: e.flowOf}
 	if e.opt.Timeline {
 		e.result.Ops = make([]Span, n)
 	}
@@ -344,7 +362,7 @@ func (e *engine) run() (*Result, error) {
 	}
 	r := e.result
 	r.Makespan = e.now
-	r.Flows = len(e.fl)
+	r.Flows = int(e.nflows)
 	for i := range e.res {
 		st := ResourceStat{Resource: e.res[i], Bytes: int64(math.Round(e.bytes[i])), Busy: e.busy[i]}
 		if r.Makespan > 0 {
@@ -354,22 +372,6 @@ func (e *engine) run() (*Result, error) {
 		if st.Utilization > r.Bottleneck.Utilization {
 			r.Bottleneck = st
 		}
-	}
-	// The flows' paths, each a slice of one shared backing array.
-	total := 0
-	for i := range e.fl {
-		total += int(e.fl[i].nres)
-	}
-	resAll, coefAll := make([]int32, 0, total), make([]float64, 0, total)
-	r.FlowRes, r.FlowCoef = make([][]int32, len(e.fl)), make([][]float64, len(e.fl))
-	r.FlowLat, r.FlowOps = make([]units.Time, len(e.fl)), make([][2]int32, len(e.fl))
-	for i := range e.fl {
-		f := &e.fl[i]
-		res, coef := f.path()
-		a := len(resAll)
-		resAll, coefAll = append(resAll, res...), append(coefAll, coef...)
-		r.FlowRes[i], r.FlowCoef[i] = resAll[a:len(resAll):len(resAll)], coefAll[a:len(coefAll):len(coefAll)]
-		r.FlowLat[i], r.FlowOps[i] = f.lat, f.ops
 	}
 	return r, nil
 }
@@ -435,12 +437,7 @@ func (e *engine) newFlow(a, b int32) {
 		}
 	}
 	f.lat, f.class = e.lat[class], class
-	id := int32(len(e.fl))
-	e.fl = append(e.fl, f)
-	e.flowOf[a] = id
-	if b >= 0 {
-		e.flowOf[b] = id
-	}
+	id := e.alloc(f)
 	e.push(event{at: e.now + f.lat, kind: evStart, flow: id})
 	if e.opt.Timeline {
 		e.result.Ops[a].Ready = e.now
@@ -448,6 +445,40 @@ func (e *engine) newFlow(a, b int32) {
 			e.result.Ops[b].Ready = e.now
 		}
 	}
+}
+
+// alloc puts a new flow in a free slot and returns the slot; with
+// recording on, it records the flow in the result.
+func (e *engine) alloc(f flowRec) int32 {
+	if e.record {
+		r := e.result
+		for _, o := range f.ops {
+			if o >= 0 {
+				e.flowOf[o] = e.nflows
+			}
+		}
+		// The paths of consecutive flows share backing arrays of a few
+		// thousand entries: one allocation per thousand flows.
+		res, coef := f.path()
+		if cap(e.resBuf)-len(e.resBuf) < len(res) {
+			e.resBuf, e.coefBuf = make([]int32, 0, 4096), make([]float64, 0, 4096)
+		}
+		a := len(e.resBuf)
+		e.resBuf, e.coefBuf = append(e.resBuf, res...), append(e.coefBuf, coef...)
+		r.FlowRes = append(r.FlowRes, e.resBuf[a:len(e.resBuf):len(e.resBuf)])
+		r.FlowCoef = append(r.FlowCoef, e.coefBuf[a:len(e.coefBuf):len(e.coefBuf)])
+		r.FlowLat, r.FlowOps = append(r.FlowLat, f.lat), append(r.FlowOps, f.ops)
+	}
+	e.nflows++
+	if k := len(e.freeFl); k > 0 {
+		id := e.freeFl[k-1]
+		e.freeFl = e.freeFl[:k-1]
+		e.fl[id] = f
+		return id
+	}
+	e.fl = append(e.fl, f)
+	e.events.pos = append(e.events.pos, -1)
+	return int32(len(e.fl) - 1)
 }
 
 func (e *engine) startFlow(id int32) {
@@ -489,7 +520,8 @@ func (e *engine) finishFlow(id int32) {
 	e.fluid.remove(f.fluidID)
 	e.byFluid[f.fluidID] = -1
 	e.result.Events++
-	for _, o := range f.ops {
+	ops := f.ops // opReady may move e.fl
+	for _, o := range ops {
 		if o < 0 {
 			continue
 		}
@@ -503,6 +535,8 @@ func (e *engine) finishFlow(id int32) {
 			}
 		}
 	}
+	// Its completion was the flow's last pending event: the slot is free.
+	e.freeFl = append(e.freeFl, id)
 }
 
 // rebalance re-solves the rates the last batch of events changed and

@@ -68,6 +68,21 @@ func sameAsOracle(s *ir.Schedule, tp *topo.Topology, opt Options, localMin int) 
 			return fmt.Errorf("resource %s: %d bytes, busy %d ps; oracle %d bytes, busy %d ps", w.Name, g.Bytes, g.Busy, w.Bytes, w.Busy)
 		}
 	}
+	// Without the timeline and the flows, nothing else changes.
+	opt.Timeline, opt.Flows = false, false
+	bare, err := run(s, tp, opt, cur)
+	if err != nil {
+		return fmt.Errorf("without the timeline: %v", err)
+	}
+	if bare.Makespan != want.Makespan || bare.Events != want.Events || bare.Flows != want.Flows || bare.Ops != nil || bare.FlowRes != nil || bare.FlowOf != nil {
+		return fmt.Errorf("without the timeline: makespan %d ps, %d events, %d flows, %d spans, %d flow paths; oracle %d ps, %d events, %d flows",
+			bare.Makespan, bare.Events, bare.Flows, len(bare.Ops), len(bare.FlowRes), want.Makespan, want.Events, want.Flows)
+	}
+	for i := range want.Resources {
+		if bare.Resources[i] != got.Resources[i] {
+			return fmt.Errorf("without the timeline: resource %s: %+v, with it %+v", got.Resources[i].Name, bare.Resources[i], got.Resources[i])
+		}
+	}
 	return nil
 }
 

@@ -38,7 +38,7 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 	if err != nil {
 		return err
 	}
-	opt := sim.Options{Ideal: *ideal, Timeline: *trace != ""}
+	opt := sim.Options{Ideal: *ideal, Timeline: *trace != "", Flows: *flowsOut != ""}
 	var scName, tpName string
 	var jobs []simJob
 	if *irIn != "" {
