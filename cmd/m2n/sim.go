@@ -28,9 +28,14 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 	flowsOut := fs.String("flows", "", "write the simulated flows as JSON to this file (needs one route and one point)")
 	irIn := fs.String("ir", "", "simulate this schedule IR file instead of a scenario")
 	topoName := fs.String("topology", "", "with --ir: the topology preset ("+strings.Join(topo.PresetNames(), ", ")+")")
+	workers := jobsFlag(fs)
 	var sel selection
 	sel.register(fs)
 	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	nworkers, err := workersOf(*workers)
 	if err != nil {
 		return err
 	}
@@ -69,10 +74,14 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 	pr := newProgress(e, "sim", "simulations", len(jobs), *asJSON)
 	defer pr.close()
 	var recs []evaluate.Record
-	for _, j := range jobs {
-		if err := ctx.Err(); err != nil {
+	if *trace == "" && *flowsOut == "" {
+		// Up to -j points and routes at once; the records come back in job
+		// order.
+		if recs, err = simulateAll(ctx, jobs, &sel, opt, pr, nworkers); err != nil {
 			return err
 		}
+	} else { // one job, with its trace or flows
+		j := jobs[0]
 		t := pr.task(j.label())
 		rec, s, res, err := j.run(&sel, opt, t)
 		t.done()
@@ -90,6 +99,9 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 				return err
 			}
 		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
 	}
 	pr.close()
 	if fileOnStdout {
