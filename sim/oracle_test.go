@@ -221,8 +221,8 @@ func TestSolverMatchesOracleScenarios(t *testing.T) {
 					chunk = int64(*p.Chunk)
 				}
 				for _, route := range plan.Routes {
-					s, err := plan.Build(ts, p.Topology, plan.Options{Route: route, ChunkBytes: chunk})
-					if err != nil || len(s.Ops) > maxOps {
+					s, err := plan.Build(ts, p.Topology, plan.Options{Route: route, ChunkBytes: chunk, MaxOps: maxOps})
+					if err != nil {
 						continue // a route this point cannot take, or too long a test
 					}
 					for _, ideal := range []bool{false, true} {
