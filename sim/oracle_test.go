@@ -239,3 +239,68 @@ func TestSolverMatchesOracleScenarios(t *testing.T) {
 		})
 	}
 }
+
+// The solvers alone, flows coming and going at random, give the same
+// rates bit for bit after every solve, with integer coefficients (the
+// engine's) and with fractional ones (which turn off the kept sums), rate
+// caps, and local re-solves from the first flow or at the default.
+func TestFluidMatchesOracle(t *testing.T) {
+	rng := rand.New(rand.NewPCG(23, 24))
+	for i := range 300 {
+		nr := 1 + rng.IntN(30)
+		capacity := make([]float64, nr)
+		for r := range capacity {
+			capacity[r] = float64(1+rng.IntN(20)) * (1 + rng.Float64())
+		}
+		frac := i%2 == 0
+		localMin := []int{0, 1, 4}[i%3]
+		mkOld, mkCur := oracleSolvers(localMin)
+		old, cur := mkOld(capacity), mkCur(capacity)
+		type pair struct{ old, cur int32 }
+		var live []pair
+		rate := map[int32]float64{} // cur id -> rate, from the changes
+		for step := range 120 {
+			if len(live) > 0 && rng.IntN(3) == 0 {
+				k := rng.IntN(len(live))
+				old.remove(live[k].old)
+				cur.remove(live[k].cur)
+				delete(rate, live[k].cur)
+				live = append(live[:k], live[k+1:]...)
+			} else {
+				n := 1 + rng.IntN(min(maxPath, nr))
+				var res []int32
+				var coef []float64
+				for _, r := range rng.Perm(nr)[:n] {
+					res = append(res, int32(r))
+					c := float64(1 + rng.IntN(2))
+					if frac && rng.IntN(2) == 0 {
+						c = 0.5 + rng.Float64()
+					}
+					coef = append(coef, c)
+				}
+				limit := 0.0
+				if rng.IntN(6) == 0 {
+					limit = 0.5 + 4*rng.Float64()
+				}
+				p := pair{old.add(res, coef, limit), cur.add(res, coef, limit)}
+				live = append(live, p)
+				rate[p.cur] = 0
+			}
+			co, cc := old.solve(), cur.solve()
+			if len(co) != len(cc) {
+				t.Fatalf("case %d step %d: %d rates changed, oracle %d", i, step, len(cc), len(co))
+			}
+			for k := range co {
+				if co[k] != cc[k] {
+					t.Fatalf("case %d step %d: change %d is %+v, oracle %+v", i, step, k, cc[k], co[k])
+				}
+				rate[cc[k].id] = cc[k].new
+			}
+			for _, p := range live {
+				if o := old.(*oracleFluid).flows[p.old].rate; rate[p.cur] != o {
+					t.Fatalf("case %d step %d: flow %d at %v, oracle %v", i, step, p.cur, rate[p.cur], o)
+				}
+			}
+		}
+	}
+}
