@@ -25,8 +25,13 @@ type Options struct {
 	// Exec is how the GPU executor runs the schedule; it matters only when
 	// the topology has executor costs (topo.Executor) and Ideal is unset.
 	Exec Exec
-	// Timeline records each op's start and end.
+	// Timeline records each op's start and end (Result.Ops), and each
+	// flow (as Flows does).
 	Timeline bool
+	// Flows records each flow: Result.FlowOf, FlowRes, FlowCoef, FlowLat
+	// and FlowOps. Without it (or Timeline) the simulation keeps a flow's
+	// state only while the flow lives.
+	Flows bool
 	// duplex, set by the executor model, adds each GPU's NCCL channels
 	// as a resource of this capacity that NCCL transfers hold at both ends.
 	duplex units.Bandwidth
@@ -95,6 +100,8 @@ type Result struct {
 	Resources  []ResourceStat // every resource, in index order
 	Bottleneck ResourceStat   // the most utilized resource
 	Ops        []Span         // per op, when Options.Timeline is set
+	// The flows, when Options.Flows or Timeline is set; a flow's id is its
+	// place in the order flows were created.
 	// FlowOf maps each op to its flow; a send and its recv share one.
 	FlowOf []int32
 	// FlowRes lists each flow's resources and their coefficients.
@@ -121,13 +128,28 @@ var ErrDeadlock = errors.New("sim: deadlock")
 
 // Run simulates a schedule on a topology.
 func Run(s *ir.Schedule, tp *topo.Topology, opt Options) (*Result, error) {
+	return run(s, tp, opt, nil)
+}
+
+// solver shares the resources among the active flows: the engine's view of
+// the max-min solver. solve returns the flows whose rate changed since the
+// last solve, with their old and new rates.
+type solver interface {
+	add(res []int32, coef []float64, limit float64) int32
+	remove(id int32)
+	solve() []change
+}
+
+// run simulates with the solver that newSolver makes (nil: newFluid); the
+// tests run the old solver through it.
+func run(s *ir.Schedule, tp *topo.Topology, opt Options, newSolver func(capacity []float64) solver) (*Result, error) {
 	if err := tp.Validate(); err != nil {
 		return nil, fmt.Errorf("topology: %w", err)
 	}
 	if !opt.Ideal && !tp.Executor.IsZero() {
-		return runProgram(s, tp, opt)
+		return runProgram(s, tp, opt, newSolver)
 	}
-	e, err := newEngine(s, tp, opt)
+	e, err := newEngine(s, tp, opt, newSolver)
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +162,7 @@ type engine struct {
 	opt Options
 
 	res   []Resource
-	fluid *fluid
+	fluid solver
 	// per GPU (index into gpus): resource indices
 	gpus   []int       // GPU ids in use
 	gpuIdx map[int]int // GPU id -> index
@@ -164,8 +186,13 @@ type engine struct {
 	done       int
 
 	// flows
-	flowOf  []int32 // op -> flow
-	fl      []flowRec
+	flowOf  []int32   // op -> flow id, when recording flows
+	fl      []flowRec // the live flows, by slot; a slot is reused once its flow ends
+	freeFl  []int32   // free slots of fl
+	nflows  int32     // flows created: the next flow's id
+	record  bool      // record every flow in the result
+	resBuf  []int32   // with record: backing of the result's paths
+	coefBuf []float64
 	byFluid []int32      // fluid id -> flow
 	active  []int32      // per resource, active flow count (for busy time)
 	since   []units.Time // per resource, when it last became busy
@@ -180,10 +207,9 @@ type engine struct {
 	// The executor model (runProgram): per op, when the host has issued
 	// it, its start latency (negative: its path class's) and its memory
 	// coefficient (0: 2, a copy's read and write); nil otherwise.
-	rel   []units.Time
-	lat1  []units.Time
-	coef  []float64
-	capOp []float64 // a rate cap in bytes/ps (0: the class's)
+	rel  []units.Time
+	lat1 []units.Time
+	coef []float64
 }
 
 // flowRec is one flow. It holds no pointers, so millions of them cost the
@@ -219,7 +245,7 @@ func (f *flowRec) hold(r int32, coef float64) {
 	f.nres++
 }
 
-func newEngine(s *ir.Schedule, tp *topo.Topology, opt Options) (*engine, error) {
+func newEngine(s *ir.Schedule, tp *topo.Topology, opt Options, newSolver func(capacity []float64) solver) (*engine, error) {
 	e := &engine{s: s, tp: tp, opt: opt, gpuIdx: map[int]int{}, rankG: map[int32]int{}, fabUp: map[int]int32{}, fabDn: map[int]int32{}}
 	if !opt.Ideal {
 		e.lat = [3]units.Time{ir.Local: tp.LatencyLocal, ir.NVLink: tp.LatencyNVLink, ir.Net: tp.LatencyNet}
@@ -280,7 +306,11 @@ func newEngine(s *ir.Schedule, tp *topo.Topology, opt Options) (*engine, error) 
 			return nil, fmt.Errorf("resource %s has capacity %v: must be positive", r.Name, r.Capacity)
 		}
 	}
-	e.fluid = newFluid(caps)
+	if newSolver == nil {
+		e.fluid = newFluid(caps)
+	} else {
+		e.fluid = newSolver(caps)
+	}
 	e.active = make([]int32, len(e.res))
 	e.since = make([]units.Time, len(e.res))
 	e.busy = make([]units.Time, len(e.res))
@@ -293,14 +323,19 @@ func (e *engine) run() (*Result, error) {
 	n := int32(len(s.Ops))
 	e.waiting = make([]int32, n)
 	e.ready = make([]bool, n)
-	e.flowOf = make([]int32, n)
+	e.record = e.opt.Flows || e.opt.Timeline
+	if e.record {
+		e.flowOf = make([]int32, n)
+	}
 	e.depStart = make([]int32, n+1)
 	for i := range n {
 		e.waiting[i] = s.Ops[i].DepLen
 		for _, d := range s.Deps(i) {
 			e.depStart[d+1]++
 		}
-		e.flowOf[i] = -1
+		if e.record {
+			e.flowOf[i] = -1
+		}
 	}
 	for i := range n {
 		e.depStart[i+1] += e.depStart[i]
@@ -320,12 +355,13 @@ func (e *engine) run() (*Result, error) {
 			nflows++
 		}
 	}
-	e.fl = make([]flowRec, 0, nflows)
-	e.events.pos = make([]int32, nflows)
-	for i := range e.events.pos {
-		e.events.pos[i] = -1
+	if e.record {
+		e.result = &Result{FlowOf: e.flowOf}
+		e.result.FlowRes, e.result.FlowCoef = make([][]int32, 0, nflows), make([][]float64, 0, nflows)
+		e.result.FlowLat, e.result.FlowOps = make([]units.Time, 0, nflows), make([][2]int32, 0, nflows)
+	} else {
+		e.result = &Result{}
 	}
-	e.result = &Result{FlowOf: e.flowOf}
 	if e.opt.Timeline {
 		e.result.Ops = make([]Span, n)
 	}
@@ -361,7 +397,7 @@ func (e *engine) run() (*Result, error) {
 	}
 	r := e.result
 	r.Makespan = e.now
-	r.Flows = len(e.fl)
+	r.Flows = int(e.nflows)
 	for i := range e.res {
 		st := ResourceStat{Resource: e.res[i], Bytes: int64(math.Round(e.bytes[i])), Busy: e.busy[i]}
 		if r.Makespan > 0 {
@@ -371,22 +407,6 @@ func (e *engine) run() (*Result, error) {
 		if st.Utilization > r.Bottleneck.Utilization {
 			r.Bottleneck = st
 		}
-	}
-	// The flows' paths, each a slice of one shared backing array.
-	total := 0
-	for i := range e.fl {
-		total += int(e.fl[i].nres)
-	}
-	resAll, coefAll := make([]int32, 0, total), make([]float64, 0, total)
-	r.FlowRes, r.FlowCoef = make([][]int32, len(e.fl)), make([][]float64, len(e.fl))
-	r.FlowLat, r.FlowOps = make([]units.Time, len(e.fl)), make([][2]int32, len(e.fl))
-	for i := range e.fl {
-		f := &e.fl[i]
-		res, coef := f.path()
-		a := len(resAll)
-		resAll, coefAll = append(resAll, res...), append(coefAll, coef...)
-		r.FlowRes[i], r.FlowCoef[i] = resAll[a:len(resAll):len(resAll)], coefAll[a:len(coefAll):len(coefAll)]
-		r.FlowLat[i], r.FlowOps[i] = f.lat, f.ops
 	}
 	return r, nil
 }
@@ -482,12 +502,7 @@ func (e *engine) newFlow(a, b int32) {
 			at = max(at, e.rel[b])
 		}
 	}
-	id := int32(len(e.fl))
-	e.fl = append(e.fl, f)
-	e.flowOf[a] = id
-	if b >= 0 {
-		e.flowOf[b] = id
-	}
+	id := e.alloc(f)
 	e.push(event{at: at + f.lat, kind: evStart, flow: id})
 	if e.opt.Timeline {
 		e.result.Ops[a].Ready = e.now
@@ -495,6 +510,40 @@ func (e *engine) newFlow(a, b int32) {
 			e.result.Ops[b].Ready = e.now
 		}
 	}
+}
+
+// alloc puts a new flow in a free slot and returns the slot; with
+// recording on, it records the flow in the result.
+func (e *engine) alloc(f flowRec) int32 {
+	if e.record {
+		r := e.result
+		for _, o := range f.ops {
+			if o >= 0 {
+				e.flowOf[o] = e.nflows
+			}
+		}
+		// The paths of consecutive flows share backing arrays of a few
+		// thousand entries: one allocation per thousand flows.
+		res, coef := f.path()
+		if cap(e.resBuf)-len(e.resBuf) < len(res) {
+			e.resBuf, e.coefBuf = make([]int32, 0, 4096), make([]float64, 0, 4096)
+		}
+		a := len(e.resBuf)
+		e.resBuf, e.coefBuf = append(e.resBuf, res...), append(e.coefBuf, coef...)
+		r.FlowRes = append(r.FlowRes, e.resBuf[a:len(e.resBuf):len(e.resBuf)])
+		r.FlowCoef = append(r.FlowCoef, e.coefBuf[a:len(e.coefBuf):len(e.coefBuf)])
+		r.FlowLat, r.FlowOps = append(r.FlowLat, f.lat), append(r.FlowOps, f.ops)
+	}
+	e.nflows++
+	if k := len(e.freeFl); k > 0 {
+		id := e.freeFl[k-1]
+		e.freeFl = e.freeFl[:k-1]
+		e.fl[id] = f
+		return id
+	}
+	e.fl = append(e.fl, f)
+	e.events.pos = append(e.events.pos, -1)
+	return int32(len(e.fl) - 1)
 }
 
 func (e *engine) startFlow(id int32) {
@@ -516,11 +565,7 @@ func (e *engine) startFlow(id int32) {
 		return
 	}
 	res, coef := f.path()
-	limit := e.capRt[f.class]
-	if e.capOp != nil && e.capOp[f.ops[0]] > 0 {
-		limit = e.capOp[f.ops[0]]
-	}
-	f.fluidID = e.fluid.add(res, coef, limit)
+	f.fluidID = e.fluid.add(res, coef, e.capRt[f.class])
 	for int(f.fluidID) >= len(e.byFluid) {
 		e.byFluid = append(e.byFluid, -1)
 	}
@@ -560,7 +605,8 @@ func (e *engine) finishFlow(id int32) {
 		e.byFluid[f.fluidID] = -1
 	}
 	e.result.Events++
-	for _, o := range f.ops {
+	ops := f.ops // opReady may move e.fl
+	for _, o := range ops {
 		if o < 0 {
 			continue
 		}
@@ -574,6 +620,8 @@ func (e *engine) finishFlow(id int32) {
 			}
 		}
 	}
+	// Its completion was the flow's last pending event: the slot is free.
+	e.freeFl = append(e.freeFl, id)
 }
 
 // rebalance re-solves the rates the last batch of events changed and
@@ -587,7 +635,7 @@ func (e *engine) rebalance() {
 			f.left = 0
 		}
 		f.last = e.now
-		f.rate = e.fluid.flows[c.id].rate
+		f.rate = c.new
 		f.version++
 		dt := units.Time(math.Ceil(f.left / f.rate))
 		// The flow's completion moves: one pending event per flow, updated

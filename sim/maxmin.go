@@ -20,8 +20,19 @@ type fluid struct {
 	userPos  [][]int32 // per resource, per user: index of the resource in the flow's list
 
 	flows   []flowState
-	free    []int32 // recycled flow slots
-	nactive int     // active flows
+	pos     [][maxPath]int32 // per flow slot: its index in users[res[k]]
+	limit   []float64        // per flow slot: its rate cap in bytes/ps; 0 for none
+	free    []int32          // recycled flow slots
+	nactive int              // active flows
+	ncapped int              // active flows with a rate cap
+
+	// Per resource, maintained by add and remove: the sum of the
+	// coefficients of its flows. Coefficients are small integers (1, or 2
+	// for a copy's memory), so the sum is exact in any order and equals
+	// the one a solve would accumulate; intCoef turns false, for good, at
+	// the first coefficient that is not, and solves then sum per flow.
+	wsum    []float64
+	intCoef bool
 
 	// The state of the last solution, per resource: the level at which it
 	// saturated (+Inf if it did not), the number of flows it bottlenecks,
@@ -47,6 +58,7 @@ type fluid struct {
 	// scratch, stamped per solve
 	resMark  []uint32
 	flowMark []uint32
+	frz      []uint32 // per flow slot: the epoch of the solve that froze it
 	epoch    uint32
 	compRes  []int32
 	compFlow []int32
@@ -55,29 +67,32 @@ type fluid struct {
 	count    []int32   // per resource: number of unfrozen flows
 	changed  []change  // flows whose rate changed in the last solve
 	capped   []int32   // scratch: unfrozen flows with a rate cap
+	act      []int32   // scratch: the resources of a full solve with unfrozen flows
+	// scratch of the local re-solve: the flows of S on each resource of R,
+	// in CSR form (sOff indexed by the resource's place in R)
+	sOff  []int32
+	sFlow []int32
+	rIdx  []int32 // per resource: its place in R
 }
 
-// change records a flow whose rate a solve changed, with its old rate.
+// change records a flow whose rate a solve changed: its old and new rates.
 type change struct {
-	id  int32
-	old float64
+	id       int32
+	old, new float64
 }
 
+// flowState is what the solves read of a flow: 64 bytes, one cache line.
 type flowState struct {
-	limit  float64 // rate cap in bytes/ps; 0 for none
-	res    [maxPath]int32
-	coef   [maxPath]float64
-	pos    [maxPath]int32 // index of this flow in users[res[k]]
-	n      int8
-	active bool
-	frozen bool
-	rate   float64 // bytes/ps
-	bott   int32   // the resource that froze it in the last solve; -1: its cap, or none
+	res  [maxPath]int32
+	coef [maxPath]float64
+	rate float64 // bytes/ps
+	bott int32   // the resource that froze it in the last solve; -1: its cap, or none
+	n    int8
 }
 
 // maxPath is the most resources one flow holds at once: egress and ingress
-// ports, two fabric links and a rate cap.
-const maxPath = 7
+// ports, two fabric links and a GPU's NCCL channels at each end.
+const maxPath = 6
 
 // defaultLocalMin is where local re-solving starts to pay: below it, a
 // component is small enough to fill whole.
@@ -99,6 +114,9 @@ func newFluid(capacity []float64) *fluid {
 		lv:       make([]float64, n),
 		sb:       make([]int32, n),
 		frozAt:   make([]bool, n),
+		wsum:     make([]float64, n),
+		rIdx:     make([]int32, n),
+		intCoef:  true,
 		localMin: defaultLocalMin,
 	}
 	for r := range f.level {
@@ -117,17 +135,30 @@ func (f *fluid) add(res []int32, coef []float64, limit float64) int32 {
 	} else {
 		id = int32(len(f.flows))
 		f.flows = append(f.flows, flowState{})
+		f.pos = append(f.pos, [maxPath]int32{})
+		f.limit = append(f.limit, 0)
 		f.flowMark = append(f.flowMark, 0)
+		f.frz = append(f.frz, 0)
 		f.nrate = append(f.nrate, 0)
 		f.nbott = append(f.nbott, -1)
 		f.nfrz = append(f.nfrz, false)
 	}
 	f.nactive++
+	if limit > 0 {
+		f.ncapped++
+	}
+	f.limit[id] = limit
+	f.frz[id] = 0
 	fl := &f.flows[id]
-	*fl = flowState{n: int8(len(res)), active: true, limit: limit, bott: -1}
+	*fl = flowState{n: int8(len(res)), bott: -1}
 	for k, r := range res {
-		fl.res[k], fl.coef[k] = r, coef[k]
-		fl.pos[k] = int32(len(f.users[r]))
+		c := coef[k]
+		if c != math.Trunc(c) || c <= 0 || c > 1<<20 {
+			f.intCoef = false
+		}
+		f.wsum[r] += c
+		fl.res[k], fl.coef[k] = r, c
+		f.pos[id][k] = int32(len(f.users[r]))
 		f.users[r] = append(f.users[r], id)
 		f.userPos[r] = append(f.userPos[r], int32(k))
 		f.dirty = append(f.dirty, r)
@@ -139,6 +170,9 @@ func (f *fluid) add(res []int32, coef []float64, limit float64) int32 {
 func (f *fluid) remove(id int32) {
 	fl := &f.flows[id]
 	f.nactive--
+	if f.limit[id] > 0 {
+		f.ncapped--
+	}
 	if fl.bott >= 0 {
 		f.nb[fl.bott]--
 	}
@@ -148,18 +182,18 @@ func (f *fluid) remove(id int32) {
 		if f.load[r] < 0 {
 			f.load[r] = 0
 		}
-		p := fl.pos[k]
+		f.wsum[r] -= fl.coef[k]
+		p := f.pos[id][k]
 		us, ps := f.users[r], f.userPos[r]
 		last := int32(len(us) - 1)
 		if p != last {
 			moved := us[last]
 			us[p], ps[p] = moved, ps[last]
-			f.flows[moved].pos[ps[p]] = p
+			f.pos[moved][ps[p]] = p
 		}
 		f.users[r], f.userPos[r] = us[:last], ps[:last]
 		f.dirty = append(f.dirty, r)
 	}
-	fl.active = false
 	fl.rate = 0
 	f.free = append(f.free, id)
 }
@@ -205,34 +239,40 @@ func (f *fluid) solve() []change {
 	// Progressive filling. Every unfrozen flow has the same rate, level.
 	for _, r := range f.compRes {
 		f.left[r] = f.capacity[r]
-		f.weight[r] = 0
-		f.count[r] = 0
+		f.weight[r] = f.wsum[r]
+		f.count[r] = int32(len(f.users[r]))
 		f.level[r] = math.Inf(1)
 		f.nb[r] = 0
 		f.load[r] = 0
 	}
-	f.capped = f.capped[:0]
-	for _, id := range f.compFlow {
-		fl := &f.flows[id]
-		fl.frozen = false
-		if fl.limit > 0 {
-			f.capped = append(f.capped, id)
+	if !f.intCoef { // sum the coefficients in the component's order
+		for _, r := range f.compRes {
+			f.weight[r] = 0
 		}
-		for k := range int(fl.n) {
-			f.weight[fl.res[k]] += fl.coef[k]
-			f.count[fl.res[k]]++
+		for _, id := range f.compFlow {
+			fl := &f.flows[id]
+			for k := range int(fl.n) {
+				f.weight[fl.res[k]] += fl.coef[k]
+			}
 		}
 	}
-	active := f.compRes[:0:0] // resources with unfrozen flows, as a fresh slice
-	active = append(active, f.compRes...)
+	f.capped = f.capped[:0]
+	if f.ncapped > 0 {
+		for _, id := range f.compFlow {
+			if f.limit[id] > 0 {
+				f.capped = append(f.capped, id)
+			}
+		}
+	}
+	active := append(f.act[:0], f.compRes...)
 	unfrozen := len(f.compFlow)
 	level := 0.0
 	for unfrozen > 0 {
 		var next float64
 		active, next = f.nextSaturation(active, level)
 		for _, id := range f.capped {
-			if fl := &f.flows[id]; !fl.frozen && fl.limit < next {
-				next = fl.limit
+			if f.frz[id] != e && f.limit[id] < next {
+				next = f.limit[id]
 			}
 		}
 		if math.IsInf(next, 1) {
@@ -245,8 +285,8 @@ func (f *fluid) solve() []change {
 		level = next
 		// Freeze capped flows that reached their cap.
 		for _, id := range f.capped {
-			if fl := &f.flows[id]; !fl.frozen && fl.limit <= level*(1+1e-12) {
-				f.freeze(id, level, -1)
+			if f.frz[id] != e && f.limit[id] <= level*(1+1e-12) {
+				f.freeze(id, level, -1, e)
 				unfrozen--
 			}
 		}
@@ -257,8 +297,8 @@ func (f *fluid) solve() []change {
 			}
 			f.level[r] = level
 			for _, id := range f.users[r] {
-				if !f.flows[id].frozen {
-					f.freeze(id, level, r)
+				if f.frz[id] != e {
+					f.freeze(id, level, r, e)
 					unfrozen--
 				}
 			}
@@ -266,12 +306,11 @@ func (f *fluid) solve() []change {
 			f.left[r] = 0
 		}
 	}
-	// Record the solution's bottlenecks and loads for local re-solves.
+	f.act = active
+	// Record the solution's loads for local re-solves, summed in the
+	// component's order (freeze counted the bottlenecks).
 	for _, id := range f.compFlow {
 		fl := &f.flows[id]
-		if fl.bott >= 0 {
-			f.nb[fl.bott]++
-		}
 		for k := range int(fl.n) {
 			f.load[fl.res[k]] += fl.coef[k] * fl.rate
 		}
@@ -303,19 +342,23 @@ func (f *fluid) stamp() uint32 {
 	if f.epoch == 0 { // wrapped: reset stamps
 		clear(f.resMark)
 		clear(f.flowMark)
+		clear(f.frz)
 		f.epoch = 1
 	}
 	return f.epoch
 }
 
-// freeze fixes a flow's rate at level and takes it out of the filling; at
-// is the resource that froze it (-1: its cap).
-func (f *fluid) freeze(id int32, level float64, at int32) {
+// freeze fixes a flow's rate at level and takes it out of the filling of
+// the solve of epoch e; at is the resource that froze it (-1: its cap).
+func (f *fluid) freeze(id int32, level float64, at int32, e uint32) {
 	fl := &f.flows[id]
-	fl.frozen = true
+	f.frz[id] = e
 	fl.bott = at
+	if at >= 0 {
+		f.nb[at]++
+	}
 	if fl.rate != level {
-		f.changed = append(f.changed, change{id, fl.rate})
+		f.changed = append(f.changed, change{id, fl.rate, level})
 	}
 	fl.rate = level
 	for k := range int(fl.n) {
@@ -395,7 +438,7 @@ func (f *fluid) solveLocal() bool {
 		fl := &f.flows[id]
 		nr := f.nrate[id]
 		if nr != fl.rate {
-			f.changed = append(f.changed, change{id, fl.rate})
+			f.changed = append(f.changed, change{id, fl.rate, nr})
 			for k := range int(fl.n) {
 				f.load[fl.res[k]] += fl.coef[k] * (nr - fl.rate)
 			}
@@ -431,7 +474,7 @@ func (f *fluid) fillLocal(S, R []int32) {
 	for _, id := range S {
 		fl := &f.flows[id]
 		f.nfrz[id], f.nbott[id], f.nrate[id] = false, -1, 0
-		if fl.limit > 0 {
+		if f.limit[id] > 0 {
 			f.capped = append(f.capped, id)
 		}
 		if fl.bott >= 0 {
@@ -446,6 +489,35 @@ func (f *fluid) fillLocal(S, R []int32) {
 	}
 	for _, r := range R {
 		f.left[r] = max(f.left[r], 0)
+	}
+	// The flows of S on each resource of R: a saturated resource freezes
+	// them without scanning its other flows. Which flows freeze where does
+	// not depend on their order, and with integer coefficients neither do
+	// the weights left.
+	csr := f.intCoef
+	if csr {
+		f.sOff = resize(f.sOff, len(R)+1)
+		f.sOff[0] = 0
+		for i, r := range R {
+			f.rIdx[r] = int32(i)
+			f.sOff[i+1] = f.count[r]
+		}
+		for i := range R {
+			f.sOff[i+1] += f.sOff[i]
+		}
+		f.sFlow = resize(f.sFlow, int(f.sOff[len(R)]))
+		for _, id := range S {
+			fl := &f.flows[id]
+			for k := range int(fl.n) {
+				i := f.rIdx[fl.res[k]]
+				f.sFlow[f.sOff[i]] = id
+				f.sOff[i]++
+			}
+		}
+		for i := len(R); i > 0; i-- { // the cursors moved each start to the next one's
+			f.sOff[i] = f.sOff[i-1]
+		}
+		f.sOff[0] = 0
 	}
 	e := f.epoch
 	freeze := func(id int32, level float64, at int32) {
@@ -463,8 +535,8 @@ func (f *fluid) fillLocal(S, R []int32) {
 		var next float64
 		active, next = f.nextSaturation(active, level)
 		for _, id := range f.capped {
-			if fl := &f.flows[id]; !f.nfrz[id] && fl.limit < next {
-				next = fl.limit
+			if !f.nfrz[id] && f.limit[id] < next {
+				next = f.limit[id]
 			}
 		}
 		if math.IsInf(next, 1) {
@@ -476,7 +548,7 @@ func (f *fluid) fillLocal(S, R []int32) {
 		}
 		level = next
 		for _, id := range f.capped {
-			if fl := &f.flows[id]; !f.nfrz[id] && fl.limit <= level*(1+1e-12) {
+			if !f.nfrz[id] && f.limit[id] <= level*(1+1e-12) {
 				freeze(id, level, -1)
 				unfrozen--
 			}
@@ -486,6 +558,19 @@ func (f *fluid) fillLocal(S, R []int32) {
 				continue
 			}
 			f.lv[r] = level
+			if csr {
+				i := f.rIdx[r]
+				for _, id := range f.sFlow[f.sOff[i]:f.sOff[i+1]] {
+					if !f.nfrz[id] {
+						freeze(id, level, r)
+						f.frozAt[r] = true
+						unfrozen--
+					}
+				}
+				f.weight[r] = 0
+				f.left[r] = 0
+				continue
+			}
 			for _, id := range f.users[r] {
 				if f.flowMark[id] == e && !f.nfrz[id] {
 					freeze(id, level, r)
@@ -523,4 +608,13 @@ func sameLevel(a, b float64) bool {
 		return a == b
 	}
 	return math.Abs(a-b) <= 1e-9*math.Max(math.Abs(a), math.Abs(b))
+}
+
+// resize returns s with length n, reusing its array when it is big enough;
+// the contents are not cleared.
+func resize(s []int32, n int) []int32 {
+	if cap(s) < n {
+		return make([]int32, n, n+n/4)
+	}
+	return s[:n]
 }

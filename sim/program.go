@@ -45,7 +45,6 @@ type modeled struct {
 	rel  []units.Time
 	lat  []units.Time
 	coef []float64
-	rate []float64 // per op, a rate cap in bytes/ps; 0 for none
 	// of maps each op of the original schedule to its op here.
 	of []int32
 	// groups is the NCCL groups the program issues (0 with copies).
@@ -137,7 +136,6 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 	add := func(op ir.Op, rel, lat units.Time, coef float64, deps []int32) int32 {
 		id := m.s.AddOp(op, dedupeDeps(deps)...)
 		m.rel, m.lat, m.coef = append(m.rel, rel), append(m.lat, lat), append(m.coef, coef)
-		m.rate = append(m.rate, 0)
 		return id
 	}
 	// deps maps the dependencies of original ops to ops here.
@@ -327,7 +325,7 @@ func dedupeDeps(d []int32) []int32 {
 // runProgram simulates the executor's program of s (see modeled); the
 // result's flows, spans and ops are those of the modeled schedule
 // (Result.Modeled).
-func runProgram(s *ir.Schedule, tp *topo.Topology, opt Options) (*Result, error) {
+func runProgram(s *ir.Schedule, tp *topo.Topology, opt Options, newSolver func(capacity []float64) solver) (*Result, error) {
 	m, err := model(s, tp, opt)
 	if err != nil {
 		return nil, err
@@ -342,11 +340,11 @@ func runProgram(s *ir.Schedule, tp *topo.Topology, opt Options) (*Result, error)
 	if !m.copies {
 		opt.duplex = tp.Executor.Costs[opt.Exec.Launch].DuplexRate
 	}
-	e, err := newEngine(m.s, tp, opt)
+	e, err := newEngine(m.s, tp, opt, newSolver)
 	if err != nil {
 		return nil, err
 	}
-	e.rel, e.lat1, e.coef, e.capOp = m.rel, m.lat, m.coef, m.rate
+	e.rel, e.lat1, e.coef = m.rel, m.lat, m.coef
 	r, err := e.run()
 	if err != nil {
 		return nil, err

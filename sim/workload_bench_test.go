@@ -11,7 +11,7 @@ import (
 )
 
 // workloadPoint loads a shipped whole-model scenario.
-func workloadPoint(b *testing.B, name string) (*scenario.Point, []ir.Tensor) {
+func workloadPoint(b testing.TB, name string) (*scenario.Point, []ir.Tensor) {
 	b.Helper()
 	data, ok := scenarios.Lookup(name)
 	if !ok {
@@ -70,6 +70,36 @@ func BenchmarkWorkload(b *testing.B) {
 			}
 			b.ReportMetric(float64(ops), "ops")
 			b.ReportMetric(float64(flows), "flows")
+		})
+	}
+}
+
+// BenchmarkWorkloadSim simulates one route of a shipped whole-model
+// scenario, the schedule built once outside the timing: the simulator alone.
+func BenchmarkWorkloadSim(b *testing.B) {
+	for _, c := range []struct{ name, route string }{
+		{"dsv3-256", "hierarchical"}, {"dsv3-256", "agbcast"}, {"dsv3-256", "nemo-legacy"},
+		{"qwen3-235b-128", "hierarchical"},
+	} {
+		b.Run(c.name+"/"+c.route, func(b *testing.B) {
+			p, ts := workloadPoint(b, c.name)
+			chunk := int64(plan.DefaultChunkBytes)
+			if p.Chunk != nil {
+				chunk = int64(*p.Chunk)
+			}
+			s, err := plan.Build(ts, p.Topology, plan.Options{Route: c.route, ChunkBytes: chunk})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var events int64
+			for b.Loop() {
+				res, err := Run(s, p.Topology, Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				events = res.Events
+			}
+			b.ReportMetric(float64(events)*float64(b.N)/b.Elapsed().Seconds(), "events/s")
 		})
 	}
 }

@@ -30,9 +30,14 @@ their old versions together.`)
 	asJSON := fs.Bool("json", false, "print the simulation records as JSON on stdout, as m2n sim --json does")
 	ideal := fs.Bool("ideal", false, "line rates and zero latencies: the conditions of the SOL bound")
 	outDir := fs.String("o", "", "the folder to write the report into (required; created if missing)")
+	workers := jobsFlag(fs)
 	var sel selection
 	sel.register(fs)
 	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	nworkers, err := workersOf(*workers)
 	if err != nil {
 		return err
 	}
@@ -54,7 +59,7 @@ their old versions together.`)
 	// terminal; nothing when stderr is a file or a pipe, or with --json.
 	pr := newProgress(e, "report", "simulations", len(jobs), *asJSON)
 	defer pr.close()
-	recs, err := simulateAll(ctx, jobs, &sel, sim.Options{Ideal: *ideal}, pr)
+	recs, err := simulateAll(ctx, jobs, &sel, sim.Options{Ideal: *ideal}, pr, nworkers)
 	pr.close()
 	if err != nil {
 		return err
@@ -77,19 +82,35 @@ their old versions together.`)
 	return nil
 }
 
-// simulateAll runs the jobs on as many workers as there are CPUs and
+// jobsFlag registers -j: how many simulations run at once.
+func jobsFlag(fs *flags) *int {
+	return fs.Int("j", 0, "run up to `N` simulations at once, 0 for as many as CPUs; the output does not depend on it")
+}
+
+// workersOf checks -j's value and resolves 0 to the CPU count.
+func workersOf(j int) (int, error) {
+	if j < 0 {
+		return 0, usagef("-j %d: want a number of simulations at a time, or 0 for one per CPU", j)
+	}
+	if j == 0 {
+		return runtime.NumCPU(), nil
+	}
+	return j, nil
+}
+
+// simulateAll runs the jobs on up to workers goroutines (at least one) and
 // returns their records in job order. On a failure it starts no more jobs
 // and returns the error of the first failed job in job order, which does
 // not depend on timing: every job before it was started, and ran to its
 // end. Each job is a task of pr.
-func simulateAll(ctx context.Context, jobs []simJob, sel *selection, opt sim.Options, pr progress) ([]evaluate.Record, error) {
+func simulateAll(ctx context.Context, jobs []simJob, sel *selection, opt sim.Options, pr progress, workers int) ([]evaluate.Record, error) {
 	recs := make([]evaluate.Record, len(jobs))
 	errs := make([]error, len(jobs))
 	next := make(chan int)
 	var mu sync.Mutex
 	failed := false
 	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), len(jobs)) {
+	for range max(1, min(workers, len(jobs))) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -33,9 +33,14 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 	transport := fs.String("transport", "", "with --model: nccl (the default between GPUs) or copy (device copies; the default with --loopback)")
 	loopback := fs.Bool("loopback", false, "with --model: every rank on one GPU of the machine, as `m2n run --backend loopback` runs it")
 	execName := fs.String("executor", "", "model each route as m2n's GPU executor runs it, with the executor costs of this measured preset (name or file) on the scenario's own rates")
+	workers := jobsFlag(fs)
 	var sel selection
 	sel.register(fs)
 	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	nworkers, err := workersOf(*workers)
 	if err != nil {
 		return err
 	}
@@ -43,7 +48,7 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 	if err != nil {
 		return err
 	}
-	opt := sim.Options{Ideal: *ideal, Timeline: *trace != ""}
+	opt := sim.Options{Ideal: *ideal, Timeline: *trace != "", Flows: *flowsOut != ""}
 	var machine *topo.Topology
 	if *modelName != "" {
 		if machine, err = loadPreset(*modelName); err != nil {
@@ -117,10 +122,14 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 	pr := newProgress(e, "sim", "simulations", len(jobs), *asJSON)
 	defer pr.close()
 	var recs []evaluate.Record
-	for _, j := range jobs {
-		if err := ctx.Err(); err != nil {
+	if *trace == "" && *flowsOut == "" {
+		// Up to -j points and routes at once; the records come back in job
+		// order.
+		if recs, err = simulateAll(ctx, jobs, &sel, opt, pr, nworkers); err != nil {
 			return err
 		}
+	} else { // one job, with its trace or flows
+		j := jobs[0]
 		t := pr.task(j.label())
 		rec, s, res, err := j.run(&sel, opt, t)
 		t.done()
@@ -138,6 +147,9 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 				return err
 			}
 		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
 	}
 	pr.close()
 	if fileOnStdout {
