@@ -383,27 +383,55 @@ __device__ __forceinline__ float block_max(float v, float* red) {
 // column when the block's threads are a multiple of its vectors a row.
 #define QREG 8
 
-// quant_div is x / s rounded to nearest even. With rs = RN(1/s) normal,
-// y = RN(x rs) is within an ulp of x / s and one Markstein step,
-// RN(y + RN-exact(x - y s) rs), rounds it correctly (a quotient that
-// underflows is below e4m3's least subnormal's half either way). Blocks
-// whose scale has no normal reciprocal divide (DIV forces it, to compare).
-template <bool DIV>
-__device__ __forceinline__ float quant_div(float x, float s, float rs, bool fast) {
-    if (DIV || !fast) return __fdiv_rn(x, s);
+// quant_fast returns to_e4m3(RN(x / s)) computed as to_e4m3(RN(x rs)),
+// rs = RN(1 / s), when that is provably the same byte, else -1. RN(x rs)
+// is within 3 ulps of RN(x / s), so the two round alike to e4m3 unless one
+// of them lies within 3 ulps of an e4m3 midpoint (low 20 mantissa bits
+// 0x80000 in e4m3's normal range) or below that range (2^-6), where the
+// midpoints lie elsewhere. rs must be normal (fast).
+__device__ __forceinline__ int quant_fast(float x, float rs, bool fast) {
+    if (!fast) return -1;
     float y = __fmul_rn(x, rs);
-    float e = __fmaf_rn(-y, s, x);
-    return __fmaf_rn(e, rs, y);
+    unsigned b = __float_as_uint(y) & 0x7fffffffu;
+    if (b < (121u << 23) || (b & 0xfffffu) - 0x80000u + 3u <= 6u) return -1;
+    return to_e4m3(y);
 }
 
-template <int V, bool DIV>
-__device__ __forceinline__ void quant_store_block(const QuantArgs& a, i64 dof, i64 drow, int r, int c, const float* x, float s, float rs, bool fast) {
+template <int V>
+__device__ __forceinline__ unsigned quant_store_block(const QuantArgs& a, i64 dof, i64 drow, int r, int c, const float* x, float rs, bool fast) {
     unsigned char q[V];
-    for (int k = 0; k < V; ++k) q[k] = to_e4m3(quant_div<DIV>(x[k], s, rs, fast));
+    unsigned slow = 0;
+    for (int k = 0; k < V; ++k) {
+        int v = quant_fast(x[k], rs, fast);
+        slow |= (v < 0 ? 1u : 0u) << k;
+        q[k] = (unsigned char)v;
+    }
     quant_storev<V>(a, dof + r * drow + c, q);
+    return slow;
 }
 
-template <int V, bool DIV>
+// quant_slow redoes the elements quant_fast left (their bits in slow) with
+// IEEE division, reading them again: nothing else is live across the
+// division's slow path.
+template <int V>
+__device__ __noinline__ void quant_slow(const QuantArgs& a, i64 so, i64 srow, i64 dof, i64 drow, int r, int c, unsigned slow, float s) {
+    for (int k = 0; k < V; ++k)
+        if (slow >> k & 1)
+            ((unsigned char*)a.dst)[dof + r * drow + c + k] = to_e4m3(__fdiv_rn(quant_load(a, so + r * srow + c + k), s));
+}
+
+// quantize_e4m3_V: a thread block per quantization block (grid-strided),
+// V elements a thread at a time: V = 1 anywhere; V = 8 (bf16, fp16) or 4
+// (fp32) when every block row is a whole number of 16-byte-aligned vectors
+// on the source and V-byte-aligned on the destination (native checks).
+// A block's vectors are read once into registers (up to QREG a thread,
+// which holds a 128 x 128 block with 256 threads at V = 8), their amax
+// reduced, and quantized from the registers; a larger block reads its
+// source twice. In-block indices are 32-bit, and a thread keeps one
+// column when the block's threads are a multiple of its vectors a row.
+#define QREG 8
+
+template <int V>
 __device__ void quantize_e4m3(const QuantArgs& a) {
     __shared__ float red[33];
     i64 nblocks = a.lead * a.nbr * a.nbc;
@@ -456,12 +484,22 @@ __device__ void quantize_e4m3(const QuantArgs& a) {
             float s = quant_scale(amax), rs = __frcp_rn(s);
             bool fast = s >= 0x1p-125f;
             if (threadIdx.x == 0) ((float*)a.scale)[sco + i * a.scale_stride[a.nlead] + j] = s;
+            unsigned slow[QREG];
 #pragma unroll
             for (int k = 0; k < QREG; ++k) {
+                slow[k] = 0;
                 if (k < mine) {
                     int rr, cc;
                     at(k, rr, cc);
-                    quant_store_block<V, DIV>(a, dof, drow, rr, cc, x[k], s, rs, fast);
+                    slow[k] = quant_store_block<V>(a, dof, drow, rr, cc, x[k], rs, fast);
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < QREG; ++k) {
+                if (slow[k]) {
+                    int rr, cc;
+                    at(k, rr, cc);
+                    quant_slow<V>(a, so, srow, dof, drow, rr, cc, slow[k], s);
                 }
             }
             continue;
@@ -482,16 +520,54 @@ __device__ void quantize_e4m3(const QuantArgs& a) {
             at(k, rr, cc);
             float x[V];
             quant_loadv<V>(a, so + rr * srow + cc, x);
-            quant_store_block<V, DIV>(a, dof, drow, rr, cc, x, s, rs, fast);
+            unsigned sl = quant_store_block<V>(a, dof, drow, rr, cc, x, rs, fast);
+            if (sl) quant_slow<V>(a, so, srow, dof, drow, rr, cc, sl, s);
         }
     }
 }
 
-extern "C" __global__ void quantize_e4m3_1(QuantArgs a) { quantize_e4m3<1, false>(a); }
-extern "C" __global__ void quantize_e4m3_4(QuantArgs a) { quantize_e4m3<4, false>(a); }
-extern "C" __global__ void quantize_e4m3_8(QuantArgs a) { quantize_e4m3<8, false>(a); }
-// The same with IEEE division for every element, for the benchmark.
-extern "C" __global__ void quantize_e4m3_8_div(QuantArgs a) { quantize_e4m3<8, true>(a); }
+// quantize_e4m3_8_div: every element by IEEE division, for the benchmark.
+extern "C" __global__ void quantize_e4m3_8_div(QuantArgs a) {
+    __shared__ float red[33];
+    i64 nblocks = a.lead * a.nbr * a.nbc;
+    const i64 srow = a.src_stride[a.nlead], drow = a.dst_stride[a.nlead];
+    for (i64 b = blockIdx.x; b < nblocks; b += gridDim.x) {
+        i64 j = b % a.nbc, t = b / a.nbc;
+        i64 i = t % a.nbr, l = t / a.nbr;
+        i64 so = 0, dof = 0, sco = 0, r = l;
+        for (int k = a.nlead - 1; k >= 0; --k) {
+            i64 x = r % a.size[k];
+            r /= a.size[k];
+            so += x * a.src_stride[k];
+            dof += x * a.dst_stride[k];
+            sco += x * a.scale_stride[k];
+        }
+        i64 r0 = i * a.br, c0 = j * a.bc;
+        so += r0 * srow + c0;
+        dof += r0 * drow + c0;
+        const int nr = (int)imin(a.br, a.rows - r0), nv = (int)(imin(a.bc, a.cols - c0) / 8);
+        float amax = 0.0f;
+        for (int e = threadIdx.x; e < nr * nv; e += blockDim.x) {
+            float x[8];
+            quant_loadv<8>(a, so + (e / nv) * srow + (e % nv) * 8, x);
+            for (int q = 0; q < 8; ++q) amax = fmaxf(amax, fabsf(x[q]));
+        }
+        amax = block_max(amax, red);
+        float s = quant_scale(amax);
+        if (threadIdx.x == 0) ((float*)a.scale)[sco + i * a.scale_stride[a.nlead] + j] = s;
+        for (int e = threadIdx.x; e < nr * nv; e += blockDim.x) {
+            float x[8];
+            unsigned char q[8];
+            quant_loadv<8>(a, so + (e / nv) * srow + (e % nv) * 8, x);
+            for (int k = 0; k < 8; ++k) q[k] = to_e4m3(__fdiv_rn(x[k], s));
+            quant_storev<8>(a, dof + (e / nv) * drow + (e % nv) * 8, q);
+        }
+    }
+}
+
+extern "C" __global__ void quantize_e4m3_1(QuantArgs a) { quantize_e4m3<1>(a); }
+extern "C" __global__ void quantize_e4m3_4(QuantArgs a) { quantize_e4m3<4>(a); }
+extern "C" __global__ void quantize_e4m3_8(QuantArgs a) { quantize_e4m3<8>(a); }
 
 // QuantCheckArgs describes an output of a quantized tensor to verify: the
 // fp8 bytes of a block-aligned global box of the weight (scales = 0), or
