@@ -375,62 +375,11 @@ __device__ __forceinline__ float block_max(float v, float* red) {
 // quantize_e4m3_V: a thread block per quantization block (grid-strided),
 // V elements a thread at a time: V = 1 anywhere; V = 8 (bf16, fp16) or 4
 // (fp32) when every block row is a whole number of 16-byte-aligned vectors
-// on the source and V-byte-aligned on the destination (native checks).
-// A block's vectors are read once into registers (up to QREG a thread,
-// which holds a 128 x 128 block with 256 threads at V = 8), their amax
-// reduced, and quantized from the registers; a larger block reads its
-// source twice. In-block indices are 32-bit, and a thread keeps one
-// column when the block's threads are a multiple of its vectors a row.
-#define QREG 8
-
-// quant_fast returns to_e4m3(RN(x / s)) computed as to_e4m3(RN(x rs)),
-// rs = RN(1 / s), when that is provably the same byte, else -1. RN(x rs)
-// is within 3 ulps of RN(x / s), so the two round alike to e4m3 unless one
-// of them lies within 3 ulps of an e4m3 midpoint (low 20 mantissa bits
-// 0x80000 in e4m3's normal range) or below that range (2^-6), where the
-// midpoints lie elsewhere. rs must be normal (fast).
-__device__ __forceinline__ int quant_fast(float x, float rs, bool fast) {
-    if (!fast) return -1;
-    float y = __fmul_rn(x, rs);
-    unsigned b = __float_as_uint(y) & 0x7fffffffu;
-    if (b < (121u << 23) || (b & 0xfffffu) - 0x80000u + 3u <= 6u) return -1;
-    return to_e4m3(y);
-}
-
-template <int V>
-__device__ __forceinline__ unsigned quant_store_block(const QuantArgs& a, i64 dof, i64 drow, int r, int c, const float* x, float rs, bool fast) {
-    unsigned char q[V];
-    unsigned slow = 0;
-    for (int k = 0; k < V; ++k) {
-        int v = quant_fast(x[k], rs, fast);
-        slow |= (v < 0 ? 1u : 0u) << k;
-        q[k] = (unsigned char)v;
-    }
-    quant_storev<V>(a, dof + r * drow + c, q);
-    return slow;
-}
-
-// quant_slow redoes the elements quant_fast left (their bits in slow) with
-// IEEE division, reading them again: nothing else is live across the
-// division's slow path.
-template <int V>
-__device__ __noinline__ void quant_slow(const QuantArgs& a, i64 so, i64 srow, i64 dof, i64 drow, int r, int c, unsigned slow, float s) {
-    for (int k = 0; k < V; ++k)
-        if (slow >> k & 1)
-            ((unsigned char*)a.dst)[dof + r * drow + c + k] = to_e4m3(__fdiv_rn(quant_load(a, so + r * srow + c + k), s));
-}
-
-// quantize_e4m3_V: a thread block per quantization block (grid-strided),
-// V elements a thread at a time: V = 1 anywhere; V = 8 (bf16, fp16) or 4
-// (fp32) when every block row is a whole number of 16-byte-aligned vectors
-// on the source and V-byte-aligned on the destination (native checks).
-// A block's vectors are read once into registers (up to QREG a thread,
-// which holds a 128 x 128 block with 256 threads at V = 8), their amax
-// reduced, and quantized from the registers; a larger block reads its
-// source twice. In-block indices are 32-bit, and a thread keeps one
-// column when the block's threads are a multiple of its vectors a row.
-#define QREG 8
-
+// on the source and V-byte-aligned on the destination (native checks). Two
+// passes over the block's source: its amax, then the bytes (the second
+// read mostly hits L2). Each byte is to_e4m3 of the IEEE quotient, as the
+// reference: a reciprocal-multiply fast path that falls back to division
+// near e4m3 midpoints measured slower on an H200 (docs/native.md).
 template <int V>
 __device__ void quantize_e4m3(const QuantArgs& a) {
     __shared__ float red[33];
@@ -451,116 +400,21 @@ __device__ void quantize_e4m3(const QuantArgs& a) {
         so += r0 * srow + c0;
         dof += r0 * drow + c0;
         const int nr = (int)imin(a.br, a.rows - r0), nv = (int)(imin(a.bc, a.cols - c0) / V);
-        const int total = nr * nv;
-        // This thread's vectors: e = tid + k x blockDim; with blockDim a
-        // multiple of nv its column is fixed and its row steps evenly.
-        const bool fixed = (blockDim.x % nv) == 0;
-        const int col = fixed ? (int)(threadIdx.x % nv) * V : 0, row0 = fixed ? (int)(threadIdx.x / nv) : 0;
-        const int rstep = fixed ? (int)(blockDim.x / nv) : 0;
-        auto at = [&](int k, int& rr, int& cc) {
-            if (fixed) {
-                rr = row0 + k * rstep;
-                cc = col;
-            } else {
-                int e = threadIdx.x + k * blockDim.x;
-                rr = e / nv;
-                cc = (e % nv) * V;
-            }
-        };
-        const int mine = total > (int)threadIdx.x ? (total - 1 - (int)threadIdx.x) / (int)blockDim.x + 1 : 0;
-        float amax = 0.0f;
-        if (total <= QREG * (int)blockDim.x) {
-            float x[QREG][V];
-#pragma unroll
-            for (int k = 0; k < QREG; ++k) {
-                if (k < mine) {
-                    int rr, cc;
-                    at(k, rr, cc);
-                    quant_loadv<V>(a, so + rr * srow + cc, x[k]);
-                    for (int q = 0; q < V; ++q) amax = fmaxf(amax, fabsf(x[k][q]));
-                }
-            }
-            amax = block_max(amax, red);
-            float s = quant_scale(amax), rs = __frcp_rn(s);
-            bool fast = s >= 0x1p-125f;
-            if (threadIdx.x == 0) ((float*)a.scale)[sco + i * a.scale_stride[a.nlead] + j] = s;
-            unsigned slow[QREG];
-#pragma unroll
-            for (int k = 0; k < QREG; ++k) {
-                slow[k] = 0;
-                if (k < mine) {
-                    int rr, cc;
-                    at(k, rr, cc);
-                    slow[k] = quant_store_block<V>(a, dof, drow, rr, cc, x[k], rs, fast);
-                }
-            }
-#pragma unroll
-            for (int k = 0; k < QREG; ++k) {
-                if (slow[k]) {
-                    int rr, cc;
-                    at(k, rr, cc);
-                    quant_slow<V>(a, so, srow, dof, drow, rr, cc, slow[k], s);
-                }
-            }
-            continue;
-        }
-        for (int k = 0; k < mine; ++k) {
-            int rr, cc;
-            at(k, rr, cc);
-            float x[V];
-            quant_loadv<V>(a, so + rr * srow + cc, x);
-            for (int q = 0; q < V; ++q) amax = fmaxf(amax, fabsf(x[q]));
-        }
-        amax = block_max(amax, red);
-        float s = quant_scale(amax), rs = __frcp_rn(s);
-        bool fast = s >= 0x1p-125f;
-        if (threadIdx.x == 0) ((float*)a.scale)[sco + i * a.scale_stride[a.nlead] + j] = s;
-        for (int k = 0; k < mine; ++k) {
-            int rr, cc;
-            at(k, rr, cc);
-            float x[V];
-            quant_loadv<V>(a, so + rr * srow + cc, x);
-            unsigned sl = quant_store_block<V>(a, dof, drow, rr, cc, x, rs, fast);
-            if (sl) quant_slow<V>(a, so, srow, dof, drow, rr, cc, sl, s);
-        }
-    }
-}
-
-// quantize_e4m3_8_div: every element by IEEE division, for the benchmark.
-extern "C" __global__ void quantize_e4m3_8_div(QuantArgs a) {
-    __shared__ float red[33];
-    i64 nblocks = a.lead * a.nbr * a.nbc;
-    const i64 srow = a.src_stride[a.nlead], drow = a.dst_stride[a.nlead];
-    for (i64 b = blockIdx.x; b < nblocks; b += gridDim.x) {
-        i64 j = b % a.nbc, t = b / a.nbc;
-        i64 i = t % a.nbr, l = t / a.nbr;
-        i64 so = 0, dof = 0, sco = 0, r = l;
-        for (int k = a.nlead - 1; k >= 0; --k) {
-            i64 x = r % a.size[k];
-            r /= a.size[k];
-            so += x * a.src_stride[k];
-            dof += x * a.dst_stride[k];
-            sco += x * a.scale_stride[k];
-        }
-        i64 r0 = i * a.br, c0 = j * a.bc;
-        so += r0 * srow + c0;
-        dof += r0 * drow + c0;
-        const int nr = (int)imin(a.br, a.rows - r0), nv = (int)(imin(a.bc, a.cols - c0) / 8);
         float amax = 0.0f;
         for (int e = threadIdx.x; e < nr * nv; e += blockDim.x) {
-            float x[8];
-            quant_loadv<8>(a, so + (e / nv) * srow + (e % nv) * 8, x);
-            for (int q = 0; q < 8; ++q) amax = fmaxf(amax, fabsf(x[q]));
+            float x[V];
+            quant_loadv<V>(a, so + (e / nv) * srow + (e % nv) * V, x);
+            for (int q = 0; q < V; ++q) amax = fmaxf(amax, fabsf(x[q]));
         }
         amax = block_max(amax, red);
         float s = quant_scale(amax);
         if (threadIdx.x == 0) ((float*)a.scale)[sco + i * a.scale_stride[a.nlead] + j] = s;
         for (int e = threadIdx.x; e < nr * nv; e += blockDim.x) {
-            float x[8];
-            unsigned char q[8];
-            quant_loadv<8>(a, so + (e / nv) * srow + (e % nv) * 8, x);
-            for (int k = 0; k < 8; ++k) q[k] = to_e4m3(__fdiv_rn(x[k], s));
-            quant_storev<8>(a, dof + (e / nv) * drow + (e % nv) * 8, q);
+            float x[V];
+            unsigned char q[V];
+            quant_loadv<V>(a, so + (e / nv) * srow + (e % nv) * V, x);
+            for (int k = 0; k < V; ++k) q[k] = to_e4m3(__fdiv_rn(x[k], s));
+            quant_storev<V>(a, dof + (e / nv) * drow + (e % nv) * V, q);
         }
     }
 }
@@ -568,6 +422,7 @@ extern "C" __global__ void quantize_e4m3_8_div(QuantArgs a) {
 extern "C" __global__ void quantize_e4m3_1(QuantArgs a) { quantize_e4m3<1>(a); }
 extern "C" __global__ void quantize_e4m3_4(QuantArgs a) { quantize_e4m3<4>(a); }
 extern "C" __global__ void quantize_e4m3_8(QuantArgs a) { quantize_e4m3<8>(a); }
+
 
 // QuantCheckArgs describes an output of a quantized tensor to verify: the
 // fp8 bytes of a block-aligned global box of the weight (scales = 0), or

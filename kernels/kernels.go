@@ -37,5 +37,5 @@ var Names = []string{
 	"box_copy_long_16", "box_copy_long_8", "box_copy_long_4", "box_copy_long_2", "box_copy_long_1",
 	"box_copy_short_16", "box_copy_short_8", "box_copy_short_4", "box_copy_short_2", "box_copy_short_1",
 	"box_copy_stage", "fill", "verify",
-	"quantize_e4m3_1", "quantize_e4m3_4", "quantize_e4m3_8", "quantize_e4m3_8_div", "verify_quant", "e4m3_convert",
+	"quantize_e4m3_1", "quantize_e4m3_4", "quantize_e4m3_8", "verify_quant", "e4m3_convert",
 }

@@ -334,13 +334,11 @@ func BenchmarkGPUQuantize(b *testing.B) {
 		}
 		qa, kernel := planQuantArrays(src+uint64(2*off), dst, sc, sst, rowMajor(c.size), rowMajor(sb), c.size, 128, 128, 1, 2)
 		b.Run(c.name, func(b *testing.B) {
-			var tq, td, tc units.Time
+			var tq, tc units.Time
 			for b.Loop() {
 				tq = timeIt(func() error { return g.quantize(&qa, kernel, st) })
-				td = timeIt(func() error { return g.quantize(&qa, kernel+"_div", st) })
 				tc = timeIt(func() error { return g.copy(cp, src, 2*n, st) })
 			}
-			fmt.Fprintf(os.Stderr, "quantize %-15s with IEEE division (%s_div): %7.0f GB/s\n", c.name, kernel, float64(2*n+n+4*nsc)/td.Seconds()/1e9)
 			qbw := float64(2*n+n+4*nsc) / tq.Seconds() / 1e9
 			cbw := float64(4*n) / tc.Seconds() / 1e9
 			b.ReportMetric(qbw, "quantize-GB/s")
