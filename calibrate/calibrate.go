@@ -52,6 +52,11 @@ type BoxSample struct {
 	Kernel             string
 }
 
+// QuantShape is the box the quantize bench quantizes whole: a trainer
+// rank's shard of the paper's layer (EP16), [16, 2048, 7168] bf16 in
+// 128 x 128 blocks.
+var QuantShape = []int64{16, 2048, 7168}
+
 // BoxCases are the pack classes' representative boxes (docs/native.md),
 // each of 256-512 MiB so that a kernel's fixed cost is below 2% of it:
 // the paper layer's expert rows (14 KiB runs), rows of 128 bytes, and rows

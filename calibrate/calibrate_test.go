@@ -18,7 +18,7 @@ func truth() *topo.Topology {
 	t.Memory = units.GBps(4200)
 	t.LatencyLocal = 2500 * units.Nanosecond
 	t.NVLink, t.NIC, t.NICLine = units.GBps(350), units.GBps(350), units.GBps(450)
-	t.Executor = topo.Executor{PackLong: 0.88, PackShort: 0.8, PackStage: 0.65}
+	t.Executor = topo.Executor{PackLong: 0.88, PackShort: 0.8, PackStage: 0.65, Quantize: 0.3}
 	t.Executor.Costs[topo.OneProcess] = topo.ExecCosts{PairRate: units.GBps(365), DuplexRate: units.GBps(610), XferLatency: 6 * units.Microsecond,
 		GroupLatency: 4 * units.Microsecond, HostGroup: 5 * units.Microsecond, HostXfer: 2 * units.Microsecond, HostLaunch: 3 * units.Microsecond, HostEvent: 900 * units.Nanosecond,
 		StartLatency: 20 * units.Microsecond, BoxLatency: 2 * units.Microsecond, Ramp: []topo.RampPoint{{Bytes: 8 << 20}, {Bytes: 32 << 20, Extra: 9 * units.Microsecond}, {Bytes: 64 << 20, Extra: 25 * units.Microsecond}}}
@@ -60,6 +60,9 @@ func measure(t *testing.T, tp *topo.Topology, launch topo.Launch) Input {
 		cp := units.Time(2 * float64(n) / float64(tp.Memory) * 1e12)
 		in.Boxes[c.Class] = BoxSample{Pack: []units.Time{units.Time(float64(cp) / eff)}, Unpack: []units.Time{units.Time(float64(cp) / eff)}, Copy: []units.Time{cp}}
 	}
+	// The quantize kernel at its rate.
+	qb := int64(3 * 16 * 2048 * 7168)
+	in.Quant, in.QuantBytes = []units.Time{units.Time(float64(qb) / (tp.Executor.Quantize * float64(tp.Memory)) * 1e12)}, qb
 	return in
 }
 
@@ -90,6 +93,7 @@ func TestFitRecoversTheModel(t *testing.T) {
 		near("nvlink", float64(f.NVLink), float64(tp.NVLink), 0.015) // less a copy's latency
 		near("pack_long", f.PackLong, tp.Executor.PackLong, 0.01)
 		near("pack_stage", f.PackStage, tp.Executor.PackStage, 0.01)
+		near("quantize", f.Quantize, tp.Executor.Quantize, 0.01)
 		// One pair alone runs at the lesser of its cap and the link.
 		near("pair_rate", float64(f.Costs.PairRate), math.Min(float64(want.PairRate), float64(tp.NVLink)), 0.01)
 		near("host_launch", float64(f.Costs.HostLaunch), float64(want.HostLaunch), 0.01)

@@ -22,6 +22,7 @@ type Fit struct {
 	PackLong     float64
 	PackShort    float64
 	PackStage    float64
+	Quantize     float64
 	// Costs are the launch mode's executor costs.
 	Costs topo.ExecCosts
 	// Measurements say where each constant comes from.
@@ -39,9 +40,13 @@ type Input struct {
 	Samples        map[string]Sample // by bench name
 	Counts         map[string]Counts // by bench name: what the host issues (HostCounts)
 	Boxes          map[program.BoxClass]BoxSample
-	Command        string // the command that measured them
-	Date           string // when (UTC, RFC 3339)
-	Machine        string // what: GPUs, driver, NCCL
+	// Quant is the quantize kernel's times on QuantShape (sorted), and
+	// QuantBytes the bytes each moves; none: no quantize rate.
+	Quant      []units.Time
+	QuantBytes int64
+	Command    string // the command that measured them
+	Date       string // when (UTC, RFC 3339)
+	Machine    string // what: GPUs, driver, NCCL
 }
 
 func median(ts []units.Time) units.Time { return ts[len(ts)/2] }
@@ -137,6 +142,14 @@ func Fitting(in Input) (*Fit, error) {
 		f.Measurements = append(f.Measurements, scenario.MeasurementSpec{Constant: "executor." + name, Value: fmt.Sprintf("%.3f", eff),
 			Min: fmt.Sprintf("%.3f", lo), Max: fmt.Sprintf("%.3f", math.Min(hi, 9.999)), Samples: len(b.Pack),
 			Fit:     fmt.Sprintf("2 x the box's bytes / mean of median pack and unpack / memory, box %v of %v (%s; a device copy of its bytes: %v)", c.Size, c.Full, b.Kernel, median(b.Copy)),
+			Command: in.Command, Date: in.Date, Machine: in.Machine})
+	}
+	if len(in.Quant) > 0 {
+		q := func(t units.Time) float64 { return float64(in.QuantBytes) / t.Seconds() / float64(f.Memory) }
+		f.Quantize = math.Min(1, math.Round(q(median(in.Quant))*1000)/1000)
+		f.Measurements = append(f.Measurements, scenario.MeasurementSpec{Constant: "executor.quantize", Value: fmt.Sprintf("%.3f", f.Quantize),
+			Min: fmt.Sprintf("%.3f", q(in.Quant[len(in.Quant)-1])), Max: fmt.Sprintf("%.3f", q(in.Quant[0])), Samples: len(in.Quant),
+			Fit:     fmt.Sprintf("bytes read and written / median quantize of a %v bf16 box in 128 x 128 blocks / memory", QuantShape),
 			Command: in.Command, Date: in.Date, Machine: in.Machine})
 	}
 	// A box-copy kernel's start latency: the one that makes the simulated

@@ -21,7 +21,7 @@ func Apply(t *topo.Topology, f *Fit) {
 	}
 	t.Memory = f.Memory
 	t.LatencyLocal = f.LatencyLocal
-	t.Executor.PackLong, t.Executor.PackShort, t.Executor.PackStage = f.PackLong, f.PackShort, f.PackStage
+	t.Executor.PackLong, t.Executor.PackShort, t.Executor.PackStage, t.Executor.Quantize = f.PackLong, f.PackShort, f.PackStage, f.Quantize
 	if f.NVLink > 0 {
 		// Scenarios with one GPU per virtual domain model NVLink between
 		// the two GPUs as their network: both carry the pair's values.
@@ -56,7 +56,7 @@ func WritePreset(w io.Writer, name, description, base string, t *topo.Topology, 
 	fmt.Fprintf(&b, "nvlink = %s\nnic_line = %s\nnic = %s\nmemory = %s\n", q(fmtBW(t.NVLink)), q(fmtBW(t.NICLine)), q(fmtBW(t.NIC)), q(fmtBW(t.Memory)))
 	fmt.Fprintf(&b, "latency_nvlink = %s\nlatency_net = %s\nlatency_local = %s\n", q(fmtT(t.LatencyNVLink)), q(fmtT(t.LatencyNet)), q(fmtT(t.LatencyLocal)))
 	x := &t.Executor
-	fmt.Fprintf(&b, "\n[topology.executor]\npack_long = %.3f\npack_short = %.3f\npack_stage = %.3f\n", x.PackLong, x.PackShort, x.PackStage)
+	fmt.Fprintf(&b, "\n[topology.executor]\npack_long = %.3f\npack_short = %.3f\npack_stage = %.3f\nquantize = %.3f\n", x.PackLong, x.PackShort, x.PackStage, x.Quantize)
 	for l, c := range x.Costs {
 		if c.IsZero() {
 			continue

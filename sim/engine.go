@@ -454,6 +454,9 @@ func (e *engine) newFlow(a, b int32) {
 		f.bytes = float64(op.Src.Bytes)
 		if op.Kind == ir.Quantize { // reads its source once, writes fp8 and scales
 			f.coef[0] = 1
+			if e.coef != nil && e.coef[a] > 0 { // the executor model: the kernel's rate
+				f.coef[0] = e.coef[a]
+			}
 			f.bytes = float64(op.Src.Bytes + op.Dst.Bytes + e.s.QuantScale[a].Bytes)
 		}
 	} else {

@@ -151,6 +151,10 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 		return out
 	}
 	copyCoef := 2.0
+	quantCoef := 1.0
+	if x.Quantize > 0 {
+		quantCoef = 1 / x.Quantize
+	}
 	packRate := func(c program.BoxClass) float64 {
 		if c == program.Contiguous {
 			return copyCoef
@@ -176,7 +180,11 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 			if op.Src.IsBox() || op.Dst.IsBox() {
 				lw += costs.BoxLatency
 			}
-			id := add(op, clock[proc(d)], lw, packRate(program.ClassOf(s, &op)), ds)
+			coef := quantCoef
+			if op.Kind != ir.Quantize {
+				coef = packRate(program.ClassOf(s, &op))
+			}
+			id := add(op, clock[proc(d)], lw, coef, ds)
 			if op.Kind == ir.Quantize {
 				if m.s.QuantScale == nil {
 					m.s.QuantScale = map[int32]ir.Region{}

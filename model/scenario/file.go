@@ -54,6 +54,7 @@ type ExecutorSpec struct {
 	PackLong   *float64       `toml:"pack_long"`
 	PackShort  *float64       `toml:"pack_short"`
 	PackStage  *float64       `toml:"pack_stage"`
+	Quantize   *float64       `toml:"quantize"`
 	OneProcess *ExecCostsSpec `toml:"one_process"`
 	PerGPU     *ExecCostsSpec `toml:"per_gpu"`
 }

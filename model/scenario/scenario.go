@@ -625,6 +625,7 @@ func applyTopology(t *topo.Topology, ts TopologySpec) error {
 		setF(&x.PackLong, e.PackLong)
 		setF(&x.PackShort, e.PackShort)
 		setF(&x.PackStage, e.PackStage)
+		setF(&x.Quantize, e.Quantize)
 		for l, c := range []*ExecCostsSpec{topo.OneProcess: e.OneProcess, topo.PerGPU: e.PerGPU} {
 			if c == nil {
 				continue

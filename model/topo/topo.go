@@ -197,7 +197,7 @@ func (t *Topology) Describe() string {
 	fmt.Fprintf(&b, "fabric: %s\n", over)
 	fmt.Fprintf(&b, "op start latency: NVLink %v, network %v, local %v\n", t.LatencyNVLink, t.LatencyNet, t.LatencyLocal)
 	if e := &t.Executor; !e.IsZero() {
-		fmt.Fprintf(&b, "executor: pack/unpack at %.2f/%.2f/%.2f of memory (long/short/staged rows)\n", e.PackLong, e.PackShort, e.PackStage)
+		fmt.Fprintf(&b, "executor: pack/unpack at %.2f/%.2f/%.2f of memory (long/short/staged rows), quantize at %.2f\n", e.PackLong, e.PackShort, e.PackStage, e.Quantize)
 		for l, c := range e.Costs {
 			fmt.Fprintf(&b, "executor, %s: pair %v, duplex %v, send/recv %v (+ ramp %v), group %v, start %v, box kernel %v; host: group %v, send/recv %v, launch %v, event %v\n",
 				Launch(l), c.PairRate, c.DuplexRate, c.XferLatency, c.Ramp, c.GroupLatency, c.StartLatency, c.BoxLatency, c.HostGroup, c.HostXfer, c.HostLaunch, c.HostEvent)
@@ -245,6 +245,9 @@ type Executor struct {
 	// (at least 4 KiB), short aligned runs, and rows off 16-byte alignment
 	// (staged).
 	PackLong, PackShort, PackStage float64
+	// Quantize is the quantize kernel's rate (bytes read plus written:
+	// source, fp8 and scales) as a fraction of Memory; 0 means 1.
+	Quantize float64
 	// Costs by launch mode, indexed by Launch.
 	Costs [2]ExecCosts
 }
@@ -289,7 +292,7 @@ func (e *Executor) IsZero() bool {
 			return false
 		}
 	}
-	return e.PackLong == 0 && e.PackShort == 0 && e.PackStage == 0
+	return e.PackLong == 0 && e.PackShort == 0 && e.PackStage == 0 && e.Quantize == 0
 }
 
 // IsZero reports whether no cost of the launch mode is set.
@@ -330,7 +333,7 @@ func (e *Executor) validate() []error {
 	for _, f := range []struct {
 		name string
 		v    float64
-	}{{"executor.pack_long", e.PackLong}, {"executor.pack_short", e.PackShort}, {"executor.pack_stage", e.PackStage}} {
+	}{{"executor.pack_long", e.PackLong}, {"executor.pack_short", e.PackShort}, {"executor.pack_stage", e.PackStage}, {"executor.quantize", e.Quantize}} {
 		if f.v < 0 || f.v > 1 {
 			errs = append(errs, fmt.Errorf("%s = %g: must be a fraction of memory bandwidth, in [0, 1] (0: 1)", f.name, f.v))
 		}
