@@ -298,6 +298,19 @@ __device__ __forceinline__ unsigned char to_e4m3(float f) {
     return sign | (unsigned char)(b >> 20);
 }
 
+// to_e4m3x2 converts two floats as to_e4m3 does (b in the low byte): with
+// the hardware's cvt.rn.satfinite.e4m3x2.f32 from sm_89 (round to nearest
+// even, saturate finite values to +-448, NaN to 0x7f), else in software.
+__device__ __forceinline__ unsigned short to_e4m3x2(float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    unsigned short r;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(a), "f"(b));
+    return r;
+#else
+    return (unsigned short)((unsigned)to_e4m3(a) << 8 | to_e4m3(b));
+#endif
+}
+
 __device__ __forceinline__ i64 imin(i64 a, i64 b) { return a < b ? a : b; }
 
 __device__ __forceinline__ float quant_scale(float amax) { return amax == 0.0f ? 1.0f : __fdiv_rn(amax, 448.0f); }
@@ -413,7 +426,15 @@ __device__ void quantize_e4m3(const QuantArgs& a) {
             float x[V];
             unsigned char q[V];
             quant_loadv<V>(a, so + (e / nv) * srow + (e % nv) * V, x);
-            for (int k = 0; k < V; ++k) q[k] = to_e4m3(__fdiv_rn(x[k], s));
+            if (V == 1) {
+                q[0] = to_e4m3(__fdiv_rn(x[0], s));
+            } else {
+                for (int k = 0; k + 1 < V; k += 2) {
+                    unsigned short p = to_e4m3x2(__fdiv_rn(x[k + 1], s), __fdiv_rn(x[k], s));
+                    q[k] = (unsigned char)p;
+                    q[k + 1] = (unsigned char)(p >> 8);
+                }
+            }
             quant_storev<V>(a, dof + (e / nv) * drow + (e % nv) * V, q);
         }
     }
@@ -506,6 +527,9 @@ extern "C" __global__ void verify_quant(QuantCheckArgs a, u64* bad) {
 
 // e4m3_convert writes to_e4m3(x[i] / s[i]) for n values: the bit-equality
 // check against PyTorch (scripts/gpu-fp8.sh); s[i] = 1 converts x alone.
+// Each value goes through to_e4m3x2, the quantize kernels' conversion
+// (the hardware's from sm_89), in both halves; halves that differ write a
+// byte off by one, which fails the check.
 struct ConvertArgs {
     u64 x, s, q;
     i64 n;
@@ -515,6 +539,10 @@ extern "C" __global__ void e4m3_convert(ConvertArgs a) {
     const float* x = (const float*)a.x;
     const float* s = (const float*)a.s;
     unsigned char* q = (unsigned char*)a.q;
-    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (i64)gridDim.x * blockDim.x)
-        q[i] = to_e4m3(__fdiv_rn(x[i], s[i]));
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (i64)gridDim.x * blockDim.x) {
+        float v = __fdiv_rn(x[i], s[i]);
+        unsigned short p = to_e4m3x2(v, v);
+        unsigned char lo = (unsigned char)p, hi = (unsigned char)(p >> 8);
+        q[i] = lo == hi ? lo : lo ^ 1;
+    }
 }
