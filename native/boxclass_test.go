@@ -1,6 +1,7 @@
 package native
 
 import (
+	"github.com/m2n-project/m2n/internal/schedtest"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -42,7 +43,7 @@ func TestBoxClassMatchesKernel(t *testing.T) {
 		if k < len(big) {
 			s = big[k]
 		} else {
-			s = randomSchedule(t, rng)
+			s = schedtest.Random(t, rng)
 		}
 		off, _, _ := placement(s)
 		x := &Executor{s: s, bufAddr: make([]uint64, len(s.Buffers))}

@@ -1,82 +1,13 @@
 package native
 
 import (
-	"errors"
-	"fmt"
+	"github.com/m2n-project/m2n/internal/schedtest"
 	"math/rand/v2"
 	"testing"
 	"unsafe"
 
-	"github.com/m2n-project/m2n/model/layout"
-	"github.com/m2n-project/m2n/model/topo"
-	"github.com/m2n-project/m2n/plan"
 	"github.com/m2n-project/m2n/plan/ir"
 )
-
-func randomLayout(rng *rand.Rand, shape []int64, ranks []int) layout.Layout {
-	na := 1 + rng.IntN(2)
-	ms := make([]int, na)
-	size := 1
-	for a := range ms {
-		ms[a] = 1 + rng.IntN(3)
-		size *= ms[a]
-	}
-	perm := rng.Perm(len(ranks))
-	rs := make([]int, size)
-	for i := range rs {
-		rs[i] = ranks[perm[i%len(perm)]] // may repeat when size > len: retried below
-	}
-	ps := make([]layout.Placement, na)
-	for a := range ps {
-		if rng.IntN(3) > 0 {
-			ps[a] = layout.S(rng.IntN(len(shape)))
-		}
-	}
-	return layout.Layout{Shape: shape, DType: []layout.DType{layout.BF16, layout.FP32, layout.Int8}[rng.IntN(3)], Mesh: layout.Mesh{Shape: ms, Ranks: rs}, Placements: ps}
-}
-
-// randomSchedule builds a verified schedule over ranks 0..11 in domains of 4.
-func randomSchedule(t *testing.T, rng *rand.Rand) *ir.Schedule {
-	tp, _ := topo.Preset("hgx-h200")
-	tp.GPUsPerDomain, tp.Domains = 4, 3
-	for {
-		nd := 1 + rng.IntN(3)
-		shape := make([]int64, nd)
-		for d := range shape {
-			shape[d] = 1 + rng.Int64N(9)
-		}
-		src := randomLayout(rng, shape, []int{0, 1, 2, 3, 4, 5})
-		dst := randomLayout(rng, shape, []int{4, 5, 6, 7, 8, 9, 10, 11})
-		dst.DType = src.DType
-		if src.Mesh.Validate() != nil || dst.Mesh.Validate() != nil {
-			continue
-		}
-		route := plan.Routes[rng.IntN(len(plan.Routes))]
-		opt := plan.Options{Route: route, ChunkBytes: 1 + rng.Int64N(48)}
-		if rng.IntN(2) == 0 {
-			// A staging cap: buffers share each rank's arena, reused once
-			// consumed; one to three times the least cap that works when
-			// the draw is below it, so that several buffers live at once.
-			opt.StagingCapBytes = 1 + rng.Int64N(512)
-		}
-		// One to three tensors of the same layouts: a capped schedule then
-		// places several tensors' staging in one arena.
-		ts := []ir.Tensor{{Name: "t", Src: src, Dst: dst}}
-		for k := range rng.IntN(3) {
-			ts = append(ts, ir.Tensor{Name: fmt.Sprintf("t%d", k+1), Src: src, Dst: dst})
-		}
-		s, err := plan.Build(ts, tp, opt)
-		var ce *plan.StagingCapError
-		if errors.As(err, &ce) {
-			opt.StagingCapBytes = ce.Need * (1 + rng.Int64N(3))
-			s, err = plan.Build(ts, tp, opt)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-}
 
 func runFake(t *testing.T, s *ir.Schedule, opt Options, devices int, seed uint64) *Result {
 	t.Helper()
@@ -122,7 +53,7 @@ func TestExecutorOnFake(t *testing.T) {
 		}
 	}()
 	for i := range 80 {
-		s := randomSchedule(t, rng)
+		s := schedtest.Random(t, rng)
 		if reusesStaging(s) {
 			shared++
 		}
@@ -170,7 +101,7 @@ func TestExecutorNeedsDependencies(t *testing.T) {
 		rng := rand.New(rand.NewPCG(33, 34))
 		broken := 0
 		for i := range 60 {
-			s := randomSchedule(t, rng)
+			s := schedtest.Random(t, rng)
 			cut := false
 			for k := range s.Ops {
 				if s.Ops[k].Kind == ir.Unpack && s.Ops[k].DepLen > 0 {

@@ -5,6 +5,7 @@ package native
 import (
 	"errors"
 	"fmt"
+	"github.com/m2n-project/m2n/internal/schedtest"
 	"math/rand/v2"
 	"os"
 	"regexp"
@@ -79,7 +80,7 @@ func TestGPULoopbackRandom(t *testing.T) {
 	rng := rand.New(rand.NewPCG(41, 42))
 	n := 40
 	for i := range n {
-		s := randomSchedule(t, rng)
+		s := schedtest.Random(t, rng)
 		for _, opt := range []Options{
 			{Backend: Loopback, Transport: TransportCopy, Lanes: 1 + rng.IntN(4), Iters: 2, Graph: i%2 == 0},
 			{Backend: Loopback, Transport: TransportNCCL, Lanes: 1 + rng.IntN(4), Iters: 2},
@@ -111,7 +112,7 @@ func TestGPUMultiRandom(t *testing.T) {
 		for d := range shape {
 			shape[d] = 1 + rng.Int64N(300)
 		}
-		src, dst := randomLayout(rng, shape, ranks), randomLayout(rng, shape, ranks)
+		src, dst := schedtest.Layout(rng, shape, ranks), schedtest.Layout(rng, shape, ranks)
 		dst.DType = src.DType
 		if src.Mesh.Validate() != nil || dst.Mesh.Validate() != nil {
 			continue

@@ -1,6 +1,7 @@
 package native
 
 import (
+	"github.com/m2n-project/m2n/internal/schedtest"
 	"math/rand/v2"
 	"testing"
 	"unsafe"
@@ -32,8 +33,8 @@ func quantSchedule(t *testing.T, rng *rand.Rand) *ir.Schedule {
 		for d := range shape {
 			shape[d] = 1 + rng.Int64N(17)
 		}
-		src := randomLayout(rng, shape, []int{0, 1, 2, 3, 4, 5})
-		dst := randomLayout(rng, shape, []int{4, 5, 6, 7, 8, 9, 10, 11})
+		src := schedtest.Layout(rng, shape, []int{0, 1, 2, 3, 4, 5})
+		dst := schedtest.Layout(rng, shape, []int{4, 5, 6, 7, 8, 9, 10, 11})
 		src.DType = []layout.DType{layout.BF16, layout.FP16, layout.FP32}[rng.IntN(3)]
 		dst.DType = layout.FP8E4M3
 		if src.Mesh.Validate() != nil || dst.Mesh.Validate() != nil {
