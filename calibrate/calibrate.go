@@ -24,8 +24,6 @@ type Bench struct {
 	Transport string // "copy" or "nccl"
 	Graph     bool   // replay as a CUDA graph (copy transport)
 	WaveBytes int64  // as --wave-bytes (0: the executor's choice)
-	Bytes     int64  // the payload the fit reads: per op, or per group
-	Count     int    // ops or groups the fit divides by
 	What      string // what it measures, for the report
 }
 
@@ -128,7 +126,7 @@ func Benches(gpus int) ([]Bench, error) {
 		out = append(out, b)
 		return nil
 	}
-	if err := add(Bench{Name: "copy", GPUs: 1, Transport: "copy", Bytes: copyBytes, Count: 1,
+	if err := add(Bench{Name: "copy", GPUs: 1, Transport: "copy",
 		What: "one device copy of 1 GiB: memory bandwidth"}, []ir.Tensor{tensor("w", copyBytes, 0, 0)}, copyBytes); err != nil {
 		return nil, err
 	}
@@ -137,11 +135,11 @@ func Benches(gpus int) ([]Bench, error) {
 	for i := range launchOps {
 		small = append(small, tensor(fmt.Sprintf("w%d", i), launchBytes, 0, 0))
 	}
-	if err := add(Bench{Name: "launch-graph", GPUs: 1, Transport: "copy", Graph: true, Bytes: launchBytes, Count: launchOps,
+	if err := add(Bench{Name: "launch-graph", GPUs: 1, Transport: "copy", Graph: true,
 		What: "256 copies of 64 KiB on one stream, as a CUDA graph: a copy's device latency"}, small, launchBytes); err != nil {
 		return nil, err
 	}
-	if err := add(Bench{Name: "launch", GPUs: 1, Transport: "copy", Bytes: launchBytes, Count: launchOps,
+	if err := add(Bench{Name: "launch", GPUs: 1, Transport: "copy",
 		What: "the same, issued op by op: the host's cost of a launch"}, small, launchBytes); err != nil {
 		return nil, err
 	}
@@ -155,31 +153,31 @@ func Benches(gpus int) ([]Bench, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench events: %w", err)
 	}
-	out = append(out, Bench{Name: "events", Schedule: s, GPUs: 1, Transport: "copy", Count: 1,
+	out = append(out, Bench{Name: "events", Schedule: s, GPUs: 1, Transport: "copy",
 		What: "packs, copies and unpacks on their streams, each waiting for the last: the host's cost of an event"})
-	out = append(out, Bench{Name: "events-graph", Schedule: s, GPUs: 1, Transport: "copy", Graph: true, Count: 1,
+	out = append(out, Bench{Name: "events-graph", Schedule: s, GPUs: 1, Transport: "copy", Graph: true,
 		What: "the same as a CUDA graph: a pack or unpack kernel's start"})
 	if gpus < 2 {
 		return out, nil
 	}
 	for _, n := range PairSizes {
-		if err := add(Bench{Name: "pair-" + sizeName(n), GPUs: 2, Transport: "nccl", WaveBytes: -1, Bytes: n, Count: 1,
+		if err := add(Bench{Name: "pair-" + sizeName(n), GPUs: 2, Transport: "nccl", WaveBytes: -1,
 			What: "one NCCL send/recv GPU 0 -> 1: the pair's rate and fixed cost"}, []ir.Tensor{tensor("w", n, 0, 1)}, n); err != nil {
 			return nil, err
 		}
 	}
-	if err := add(Bench{Name: "all-pairs", GPUs: 2, Transport: "nccl", WaveBytes: -1, Bytes: allBytes, Count: 1,
+	if err := add(Bench{Name: "all-pairs", GPUs: 2, Transport: "nccl", WaveBytes: -1,
 		What: "GPU 0 -> 1 and 1 -> 0 at once, 256 MiB each: NCCL's send plus receive rate per GPU"},
 		[]ir.Tensor{tensor("a", allBytes, 0, 1), tensor("b", allBytes, 1, 0)}, allBytes); err != nil {
 		return nil, err
 	}
-	if err := add(Bench{Name: "peer-all-pairs", GPUs: 2, Transport: "copy", Bytes: allBytes, Count: 1,
+	if err := add(Bench{Name: "peer-all-pairs", GPUs: 2, Transport: "copy",
 		What: "the same as device copies over NVLink: NVLink per direction, both busy"},
 		[]ir.Tensor{tensor("a", allBytes, 0, 1), tensor("b", allBytes, 1, 0)}, allBytes); err != nil {
 		return nil, err
 	}
 	for _, w := range StreamWaves {
-		if err := add(Bench{Name: "groups-" + sizeName(w), GPUs: 2, Transport: "nccl", WaveBytes: w, Bytes: w, Count: int(streamBytes / w),
+		if err := add(Bench{Name: "groups-" + sizeName(w), GPUs: 2, Transport: "nccl", WaveBytes: w,
 			What: "256 MiB GPU 0 -> 1 in one NCCL group per chunk: a group's cost"}, []ir.Tensor{tensor("w", streamBytes, 0, 1)}, w); err != nil {
 			return nil, err
 		}
@@ -188,7 +186,7 @@ func Benches(gpus int) ([]Bench, error) {
 	for i := range opsCount {
 		many = append(many, tensor(fmt.Sprintf("w%d", i), opsBytes, 0, 1))
 	}
-	if err := add(Bench{Name: "ops", GPUs: 2, Transport: "nccl", WaveBytes: -1, Bytes: opsBytes, Count: opsCount,
+	if err := add(Bench{Name: "ops", GPUs: 2, Transport: "nccl", WaveBytes: -1,
 		What: "64 send/recvs of 256 KiB GPU 0 -> 1 in one group: an op's cost"}, many, opsBytes); err != nil {
 		return nil, err
 	}
@@ -211,6 +209,9 @@ func sizeName(n int64) string {
 // included), by the busiest process.
 type Counts struct {
 	Launches, Events int
+	// Before is the events the iteration issues before its first op (its
+	// start record, and each device's and stream's wait), within Events.
+	Before int
 }
 
 // HostCounts counts what the executor's host issues for a bench (one
@@ -247,6 +248,7 @@ func HostCounts(b *Bench, launch topo.Launch) (Counts, error) {
 	for _, k := range p.Streams {
 		c := at(k.Dev)
 		c.Events += 3 // the iteration's start wait, and its join record and wait
+		c.Before++
 		if devs[proc(k.Dev)] == nil {
 			devs[proc(k.Dev)] = map[int]bool{}
 		}
@@ -254,6 +256,7 @@ func HostCounts(b *Bench, launch topo.Launch) (Counts, error) {
 	}
 	for pr, ds := range devs {
 		per[pr].Events += 1 + len(ds) // the start record, and each device's wait
+		per[pr].Before += 1 + len(ds)
 	}
 	rec := func(r int32, more []int32) int {
 		n := len(more)

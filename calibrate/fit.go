@@ -210,7 +210,7 @@ func Fitting(in Input) (*Fit, error) {
 	}
 	f.Costs.DuplexRate = duplex(median(all.Times))
 	note("executor."+key(mode)+".duplex_rate", fmtBW(f.Costs.DuplexRate), "2 x 256 MiB (one each way) / (median - the pair's fixed cost)", all,
-		fmt.Sprint(fmtBW(duplex(all.Times[len(all.Times)-1]))), fmtBW(duplex(all.Times[0])))
+		fmtBW(duplex(all.Times[len(all.Times)-1])), fmtBW(duplex(all.Times[0])))
 	// The host: per group from the 1 MiB stream's issue time (less the
 	// iteration's own events), per call from 64 calls in one group.
 	g1Name := "groups-" + sizeName(StreamWaves[0])
@@ -240,8 +240,7 @@ func Fitting(in Input) (*Fit, error) {
 	// and the pair's intercept, by iteration.
 	bytesT := func(n int64) units.Time { return units.Time(math.Round(float64(n) / float64(f.Costs.PairRate) * 1e12)) }
 	first := func(name string) units.Time { // the first group's release
-		c := in.Counts[name]
-		return units.Time(c.Events-2*(c.Events-1-in.GPUsPerProcess)/3)*f.Costs.HostEvent + n*(f.Costs.HostGroup+f.Costs.HostXfer)
+		return units.Time(in.Counts[name].Before)*f.Costs.HostEvent + n*(f.Costs.HostGroup+f.Costs.HostXfer)
 	}
 	perGroup := map[int64]units.Time{}
 	var start units.Time

@@ -2,6 +2,8 @@ package sim
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/model/units"
@@ -134,7 +136,7 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 	pending := map[int]units.Time{}    // in the open group: each process's events to record at its end
 	started := map[int]bool{}          // NCCL streams that have run a transfer
 	add := func(op ir.Op, rel, lat units.Time, coef float64, deps []int32) int32 {
-		id := m.s.AddOp(op, dedupeDeps(deps)...)
+		id := m.s.AddOp(op, slices.Compact(slices.Sorted(slices.Values(deps)))...)
 		m.rel, m.lat, m.coef = append(m.rel, rel), append(m.lat, lat), append(m.coef, coef)
 		return id
 	}
@@ -289,7 +291,7 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 			// The next group on a stream starts after this one's kernel
 			// ends there: a barrier per stream, after every transfer of the
 			// group on it and the kernel's own cost.
-			for _, stream := range sortedStreams(onStream) {
+			for _, stream := range slices.Sorted(maps.Keys(onStream)) {
 				ops := onStream[stream]
 				bar := ir.Op{Kind: ir.Copy, Rank: m.s.Ops[ops[0]].Rank, Peer: -1, Match: -1}
 				barrier[stream] = add(bar, 0, costs.GroupLatency, 0, ops)
@@ -300,34 +302,6 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 		m.hostIssue = max(m.hostIssue, c+units.Time(2*streamsOf[pr])*ev)
 	}
 	return m, nil
-}
-
-func sortedStreams(m map[int][]int32) []int {
-	out := make([]int, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	for i := 1; i < len(out); i++ {
-		for j := i; j > 0 && out[j] < out[j-1]; j-- {
-			out[j], out[j-1] = out[j-1], out[j]
-		}
-	}
-	return out
-}
-
-func dedupeDeps(d []int32) []int32 {
-	if len(d) < 2 {
-		return d
-	}
-	seen := make(map[int32]bool, len(d))
-	out := d[:0]
-	for _, x := range d {
-		if !seen[x] {
-			seen[x] = true
-			out = append(out, x)
-		}
-	}
-	return out
 }
 
 // runProgram simulates the executor's program of s (see modeled); the
@@ -368,16 +342,4 @@ func runProgram(s *ir.Schedule, tp *topo.Topology, opt Options, newSolver func(c
 	}
 	r.Groups, r.HostIssue = m.groups, m.hostIssue
 	return r, nil
-}
-
-// classLat is the start latency of a device copy between two GPUs' ranks
-// (the engine's path classes).
-func (m *modeled) classLat(tp *topo.Topology, sd, rd int, opt Options) units.Time {
-	switch {
-	case opt.Loopback || sd == rd:
-		return tp.LatencyLocal
-	case sd/tp.GPUsPerDomain == rd/tp.GPUsPerDomain:
-		return tp.LatencyNVLink
-	}
-	return tp.LatencyNet
 }

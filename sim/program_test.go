@@ -149,15 +149,7 @@ func TestProgramModelConserves(t *testing.T) {
 				if o.Loopback {
 					continue
 				}
-				var net, nvl int64
-				for _, rs := range r.Resources {
-					switch rs.Class {
-					case NICEgress:
-						net += rs.Bytes
-					case NVLinkEgress:
-						nvl += rs.Bytes
-					}
-				}
+				net, nvl := egressBytes(r.Resources)
 				if net != st.Bytes[ir.Net] || nvl != st.Bytes[ir.NVLink] {
 					t.Fatalf("case %d %s %+v: moved network %d, NVLink %d; the schedule has %d, %d", i, route, o, net, nvl, st.Bytes[ir.Net], st.Bytes[ir.NVLink])
 				}

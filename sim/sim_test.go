@@ -49,15 +49,7 @@ func TestDeterministicAndConserving(t *testing.T) {
 	}
 	// Conservation: each class carries exactly the schedule's bytes.
 	st := s.Stats()
-	var net, nvl int64
-	for _, r := range a.Resources {
-		switch r.Class {
-		case NICEgress:
-			net += r.Bytes
-		case NVLinkEgress:
-			nvl += r.Bytes
-		}
-	}
+	net, nvl := egressBytes(a.Resources)
 	if net != st.Bytes[ir.Net] || nvl != st.Bytes[ir.NVLink] {
 		t.Errorf("simulated network %d, NVLink %d bytes; schedule has %d, %d", net, nvl, st.Bytes[ir.Net], st.Bytes[ir.NVLink])
 	}
@@ -180,4 +172,17 @@ func TestQuantizeCost(t *testing.T) {
 	if ratio := float64(b.Makespan) / float64(a.Makespan); ratio > 0.6 || ratio < 0.45 {
 		t.Errorf("fp8 takes %v against bf16's %v (%.2fx): want about half", b.Makespan, a.Makespan, ratio)
 	}
+}
+
+// egressBytes sums the bytes the NIC and the NVLink egress ports carried.
+func egressBytes(rs []ResourceStat) (net, nvl int64) {
+	for _, r := range rs {
+		switch r.Class {
+		case NICEgress:
+			net += r.Bytes
+		case NVLinkEgress:
+			nvl += r.Bytes
+		}
+	}
+	return net, nvl
 }
