@@ -440,6 +440,306 @@ __device__ void quantize_e4m3(const QuantArgs& a) {
     }
 }
 
+// ---- the 128 x 128 kernels of 16-bit sources ----
+//
+// quantize_e4m3_b128_{bf16,fp16} quantize whole-width 128 x 128 blocks
+// (rows may end short) of bf16 or fp16, 16-byte aligned rows: the layout of
+// DeepSeek-V3's and Kimi-K2's weights, and what the routes quantize. A
+// thread block of 128 threads takes a quantization block at a time, a
+// thread 16 rows of 8 elements: the block is read once, a thread's sixteen
+// loads in flight together, kept in registers, and the next block's loads
+// issued before this one is converted. The amax is an integer max of the 16-bit
+// magnitudes (their bits order as their values, NaN above infinity), the
+// divisions are quant_div below, with no slow path that would spill the
+// registers. A block holding a NaN or an infinity, or whose amax is outside
+// [2^-100, 2^127], goes to quant_block, the general kernel's code, reading
+// the block again. quant_div_check proves the fast arithmetic equal to
+// IEEE division for every (x, amax) pair of 16-bit values
+// (TestGPUQuantDivision).
+
+// quant_fast_ok says whether a block of this amax (a 16-bit value, its bits
+// as a float) takes the fast arithmetic.
+__device__ __forceinline__ bool quant_fast_ok(float amax) {
+    return amax == 0.0f || (amax >= __int_as_float(27 << 23) && amax <= __int_as_float(254 << 23)); // 2^-100, 2^127
+}
+
+// quant_fast_scale is quant_scale(amax) for amax where quant_fast_ok: the
+// division by 448 as one reciprocal multiply and two residual corrections.
+__device__ __forceinline__ float quant_fast_scale(float amax) {
+    if (amax == 0.0f) return 1.0f;
+    const float r = 1.0f / 448.0f; // rounded to nearest at compile time
+    float y = __fmul_rn(amax, r);
+    float e = __fmaf_rn(-y, 448.0f, amax);
+    y = __fmaf_rn(e, r, y);
+    e = __fmaf_rn(-y, 448.0f, amax);
+    return __fmaf_rn(e, r, y);
+}
+
+// quant_recip is 1/s to within an ulp, for quant_div: the hardware's
+// approximate reciprocal and a Newton step.
+__device__ __forceinline__ float quant_recip(float s) {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(s));
+    return __fmaf_rn(__fmaf_rn(-s, r, 1.0f), r, r);
+}
+
+// quant_div is x / s rounded to nearest even, given r = quant_recip(s), for
+// s = quant_fast_scale(amax) of an amax where quant_fast_ok (checked
+// exhaustively, not claimed beyond): the product x r and one residual
+// correction (Markstein). The residual is taken as y s - x so that a zero
+// keeps its sign.
+__device__ __forceinline__ float quant_div(float x, float s, float r) {
+    float y = __fmul_rn(x, r);
+    return __fmaf_rn(-__fmaf_rn(y, s, -x), r, y);
+}
+
+__device__ __forceinline__ float f16_bits_to_f(unsigned short h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+
+template <int SDT>
+__device__ __forceinline__ float h16_to_f(unsigned short h) { return SDT == 1 ? bf16_to_f(h) : f16_bits_to_f(h); }
+
+// quant_block quantizes one block as the general kernel does (two passes,
+// IEEE division), out of line so its registers stay its own.
+template <int V>
+__device__ __noinline__ void quant_block(const QuantArgs& a, i64 so, i64 dof, i64 sat, int nr, int nv, float* red) {
+    const i64 srow = a.src_stride[a.nlead], drow = a.dst_stride[a.nlead];
+    float amax = 0.0f;
+    for (int e = threadIdx.x; e < nr * nv; e += blockDim.x) {
+        float x[V];
+        quant_loadv<V>(a, so + (e / nv) * srow + (e % nv) * V, x);
+        for (int q = 0; q < V; ++q) amax = fmaxf(amax, fabsf(x[q]));
+    }
+    amax = block_max(amax, red);
+    float s = quant_scale(amax);
+    if (threadIdx.x == 0) ((float*)a.scale)[sat] = s;
+    for (int e = threadIdx.x; e < nr * nv; e += blockDim.x) {
+        float x[V];
+        unsigned char q[V];
+        quant_loadv<V>(a, so + (e / nv) * srow + (e % nv) * V, x);
+        if (V == 1) {
+            q[0] = to_e4m3(__fdiv_rn(x[0], s));
+        } else {
+            for (int k = 0; k + 1 < V; k += 2) {
+                unsigned short p = to_e4m3x2(__fdiv_rn(x[k + 1], s), __fdiv_rn(x[k], s));
+                q[k] = (unsigned char)p;
+                q[k + 1] = (unsigned char)(p >> 8);
+            }
+        }
+        quant_storev<V>(a, dof + (e / nv) * drow + (e % nv) * V, q);
+    }
+}
+
+__device__ __forceinline__ unsigned umax(unsigned a, unsigned b) { return a > b ? a : b; }
+
+// umax16x2 is the max of each 16-bit half.
+__device__ __forceinline__ unsigned umax16x2(unsigned a, unsigned b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    unsigned r;
+    asm("max.u16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+#else
+    return umax(a & 0xffffu, b & 0xffffu) | umax(a >> 16, b >> 16) << 16;
+#endif
+}
+
+struct u32x4 { unsigned x, y, z, w; };
+
+// ldg16 loads 16 aligned bytes through the read-only path.
+__device__ __forceinline__ u32x4 ldg16(const void* p) {
+    u32x4 v;
+    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+
+// The 8 bytes of one 16-byte vector: element k of the vector in byte k.
+template <int SDT>
+__device__ __forceinline__ void quant_vec(const u32x4& v, float s, float r, unsigned* out) {
+    const unsigned w[4] = {v.x, v.y, v.z, v.w};
+    unsigned p[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        float lo, hi;
+        if (SDT == 1) {
+            lo = __uint_as_float(w[k] << 16);
+            hi = __uint_as_float(w[k] & 0xffff0000u);
+        } else {
+            lo = f16_bits_to_f((unsigned short)(w[k] & 0xffffu));
+            hi = f16_bits_to_f((unsigned short)(w[k] >> 16));
+        }
+        p[k] = to_e4m3x2(quant_div(hi, s, r), quant_div(lo, s, r));
+    }
+    out[0] = p[0] | p[1] << 16;
+    out[1] = p[2] | p[3] << 16;
+}
+
+// QBlock is where quantization block b of a box lies: its first source
+// element and destination byte, its scale, and its rows.
+struct QBlock {
+    i64 so, dof, sat;
+    int nr;
+};
+
+// qblock_at locates block b in 32-bit arithmetic (planQuantArrays takes
+// these kernels only for boxes of fewer than 2^31 blocks and dims).
+__device__ __forceinline__ QBlock qblock_at(const QuantArgs& a, unsigned b) {
+    QBlock q;
+    const unsigned nbc = (unsigned)a.nbc, nbr = (unsigned)a.nbr;
+    unsigned j = b % nbc, t = b / nbc;
+    unsigned i = t % nbr, l = t / nbr;
+    i64 so = 0, dof = 0, sco = 0;
+    for (int k = a.nlead - 1; k >= 0; --k) {
+        unsigned sz = (unsigned)a.size[k], x = l % sz;
+        l /= sz;
+        so += x * a.src_stride[k];
+        dof += x * a.dst_stride[k];
+        sco += x * a.scale_stride[k];
+    }
+    const i64 r0 = (i64)i * 128, c0 = (i64)j * 128;
+    q.so = so + r0 * a.src_stride[a.nlead] + c0;
+    q.dof = dof + r0 * a.dst_stride[a.nlead] + c0;
+    q.sat = sco + (i64)i * a.scale_stride[a.nlead] + j;
+    q.nr = (int)imin(128, a.rows - r0);
+    return q;
+}
+
+// T threads a block, R = 2048 / T vectors a thread: rows tr + (T/16) k.
+template <int T>
+__device__ __forceinline__ void qload(const QuantArgs& a, const QBlock& q, u32x4* w) {
+    constexpr int R = 2048 / T;
+    const int tv = threadIdx.x & 15, tr = threadIdx.x >> 4;
+    const unsigned short* src = (const unsigned short*)a.src + q.so + tv * 8;
+    const i64 srow = a.src_stride[a.nlead];
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+        int row = tr + (T / 16) * k;
+        w[k] = row < q.nr ? ldg16(src + row * srow) : u32x4{0, 0, 0, 0};
+    }
+}
+
+template <int SDT, int T>
+__device__ __forceinline__ void qprocess(const QuantArgs& a, const QBlock& q, const u32x4* w, unsigned* ured, float* red) {
+    constexpr int R = 2048 / T;
+    const unsigned nan_above = SDT == 1 ? 0x7f80u : 0x7c00u;
+    // Four independent chains of maxes, then theirs.
+    unsigned mx = 0, my = 0, mz = 0, mw = 0;
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+        mx = umax16x2(mx, w[k].x & 0x7fff7fffu);
+        my = umax16x2(my, w[k].y & 0x7fff7fffu);
+        mz = umax16x2(mz, w[k].z & 0x7fff7fffu);
+        mw = umax16x2(mw, w[k].w & 0x7fff7fffu);
+    }
+    unsigned m = umax16x2(umax16x2(mx, my), umax16x2(mz, mw));
+    m = umax(m & 0xffffu, m >> 16);
+    for (int o = 16; o > 0; o >>= 1) m = umax(m, __shfl_xor_sync(0xffffffffu, m, o));
+    __syncthreads(); // the previous block's readers of ured are done
+    if ((threadIdx.x & 31) == 0) ured[threadIdx.x >> 5] = m;
+    __syncthreads();
+    m = ured[0];
+#pragma unroll
+    for (int k = 1; k < T / 32; ++k) m = umax(m, ured[k]);
+    const float amax = h16_to_f<SDT>((unsigned short)m);
+    if (m > nan_above || !quant_fast_ok(amax)) {
+        quant_block<8>(a, q.so, q.dof, q.sat, q.nr, 16, red);
+        return;
+    }
+    const float s = quant_fast_scale(amax), r = quant_recip(s);
+    if (threadIdx.x == 0) ((float*)a.scale)[q.sat] = s;
+    const int tv = threadIdx.x & 15, tr = threadIdx.x >> 4;
+    unsigned char* dst = (unsigned char*)a.dst + q.dof + tv * 8;
+    const i64 drow = a.dst_stride[a.nlead];
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+        int row = tr + (T / 16) * k;
+        if (row < q.nr) {
+            unsigned o[2];
+            quant_vec<SDT>(w[k], s, r, o);
+            asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(dst + row * drow), "r"(o[0]), "r"(o[1]) : "memory");
+        }
+    }
+}
+
+// quantize_b128: grid-strided over the blocks (planQuantArrays launches
+// two thread blocks a multiprocessor, each taking an equal share), the
+// next block's loads issued before the current block is converted. Loading
+// two blocks ahead, 256 threads, one thread block per quantization block,
+// more or fewer thread blocks per multiprocessor, and an L2 prefetch hint
+// all measured slower on an H200 (docs/native.md).
+template <int SDT, int T>
+__device__ void quantize_b128(const QuantArgs& a) {
+    constexpr int R = 2048 / T;
+    __shared__ unsigned ured[T / 32];
+    __shared__ float red[33];
+    const unsigned nblocks = (unsigned)(a.lead * a.nbr * a.nbc);
+    unsigned b = blockIdx.x;
+    if (b >= nblocks) return;
+    QBlock q = qblock_at(a, b);
+    u32x4 w[R];
+    qload<T>(a, q, w);
+    for (;;) {
+        const unsigned bn = b + gridDim.x;
+        QBlock qn;
+        u32x4 wn[R];
+        if (bn < nblocks) {
+            qn = qblock_at(a, bn);
+            qload<T>(a, qn, wn);
+        }
+        qprocess<SDT, T>(a, q, w, ured, red);
+        if (bn >= nblocks) return;
+        q = qn;
+#pragma unroll
+        for (int k = 0; k < R; ++k) w[k] = wn[k];
+        b = bn;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) quantize_e4m3_b128_bf16(QuantArgs a) { quantize_b128<1, 128>(a); }
+extern "C" __global__ void __launch_bounds__(128) quantize_e4m3_b128_fp16(QuantArgs a) { quantize_b128<2, 128>(a); }
+
+// QuantDivArgs: quant_div_check counts, over every pair of 16-bit values
+// (x, amax) of dtype sdt (1 bf16, 2 fp16) with amax a non-negative
+// magnitude where quant_fast_ok, the pairs where quant_fast_scale differs
+// from quant_scale (bad[0], counted once per amax) or the e4m3 byte of
+// quant_div from that of the IEEE quotient (bad[1]), and the pairs
+// checked (bad[2]).
+struct QuantDivArgs {
+    u64 bad;
+    int sdt;
+};
+
+template <int SDT>
+__device__ void quant_div_check_t(const QuantDivArgs& a) {
+    unsigned long long* bad = (unsigned long long*)a.bad;
+    unsigned long long nscale = 0, nbyte = 0, n = 0;
+    const unsigned nan_above = SDT == 1 ? 0x7f80u : 0x7c00u;
+    for (unsigned am = blockIdx.x; am <= nan_above; am += gridDim.x) {
+        float amax = h16_to_f<SDT>((unsigned short)am);
+        if (!quant_fast_ok(amax)) continue;
+        float s = quant_fast_scale(amax), r = quant_recip(s), ref = quant_scale(amax);
+        if (threadIdx.x == 0 && __float_as_uint(s) != __float_as_uint(ref)) ++nscale;
+        // x of either sign, |x| <= amax: what a block of this amax holds
+        for (unsigned k = threadIdx.x; k <= 2 * am + 1; k += blockDim.x) {
+            unsigned xb = (k >> 1) | (k & 1) << 15;
+            float x = h16_to_f<SDT>((unsigned short)xb);
+            unsigned short p = to_e4m3x2(quant_div(x, s, r), __fdiv_rn(x, ref));
+            if ((p & 0xff) != (p >> 8)) ++nbyte;
+            ++n;
+        }
+    }
+    atomicAdd(&bad[0], nscale);
+    atomicAdd(&bad[1], nbyte);
+    atomicAdd(&bad[2], n);
+}
+
+extern "C" __global__ void quant_div_check(QuantDivArgs a) {
+    if (a.sdt == 1) quant_div_check_t<1>(a);
+    else quant_div_check_t<2>(a);
+}
+
 extern "C" __global__ void quantize_e4m3_1(QuantArgs a) { quantize_e4m3<1>(a); }
 extern "C" __global__ void quantize_e4m3_4(QuantArgs a) { quantize_e4m3<4>(a); }
 extern "C" __global__ void quantize_e4m3_8(QuantArgs a) { quantize_e4m3<8>(a); }

@@ -17,7 +17,10 @@
 //   - quantize_e4m3_{1,4,8}: the IR's quantize op, a thread block per
 //     quantization block: amax, scale, fp8_e4m3 bits (layout.QuantizeBlock
 //     bit for bit), 1, 4 or 8 elements a thread at a time as alignment
-//     allows.
+//     allows; quantize_e4m3_b128_{bf16,fp16} for whole-width 128 x 128
+//     blocks of 16-bit sources, a block read once into registers.
+//   - quant_div_check: the fast kernels' arithmetic against IEEE
+//     division, for every pair of 16-bit values.
 //   - verify_quant: check an fp8 output or its scales against the
 //     quantized source pattern, recomputed on the device.
 //   - e4m3_convert: the conversion alone, for the check against PyTorch.
@@ -37,5 +40,6 @@ var Names = []string{
 	"box_copy_long_16", "box_copy_long_8", "box_copy_long_4", "box_copy_long_2", "box_copy_long_1",
 	"box_copy_short_16", "box_copy_short_8", "box_copy_short_4", "box_copy_short_2", "box_copy_short_1",
 	"box_copy_stage", "fill", "verify",
-	"quantize_e4m3_1", "quantize_e4m3_4", "quantize_e4m3_8", "verify_quant", "e4m3_convert",
+	"quantize_e4m3_1", "quantize_e4m3_4", "quantize_e4m3_8", "quantize_e4m3_b128_bf16", "quantize_e4m3_b128_fp16",
+	"verify_quant", "e4m3_convert", "quant_div_check",
 }

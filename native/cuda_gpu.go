@@ -666,8 +666,8 @@ func (g *cudaGPU) fill(a *patternArgs, st handle) error {
 func (g *cudaGPU) quantize(a *quantArgs, kernel string, st handle) error {
 	dev := g.owner[st]
 	args := *a
-	grid := min(a.Lead*a.NBR*a.NBC, int64(8*g.sms[dev]))
-	return g.launch(dev, kernel, int(max(grid, 1)), 256, st, unsafe.Pointer(&args), unsafe.Sizeof(args), 0, 1)
+	threads, grid := quantGrid(kernel, a.Lead*a.NBR*a.NBC, g.sms[dev])
+	return g.launch(dev, kernel, int(max(grid, 1)), threads, st, unsafe.Pointer(&args), unsafe.Sizeof(args), 0, 1)
 }
 
 func (g *cudaGPU) verifyQuant(a *quantCheckArgs, st handle) (bad, first int64, err error) {

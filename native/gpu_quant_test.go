@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -25,6 +26,10 @@ type quantCase struct {
 	size                []int64
 	br, bc              int64
 	srcOff, dstOff, sOf uint64
+	// special draws the source otherwise: 1 magnitudes below 2^-100
+	// (bf16) or zeros (fp16); 2 one value in 64 at least 2^127 (bf16) or
+	// the largest finite (fp16).
+	special int
 }
 
 // runQuantCase quantizes on the device and on the host (emulateQuant) from
@@ -46,6 +51,14 @@ func runQuantCase(t *testing.T, g *cudaGPU, dev int, st handle, rng *rand.Rand, 
 	host := make([]byte, scAt+uint64(4*nsc)+64)
 	for k := int64(0); k < srcBytes/elem; k++ { // finite values of every magnitude
 		v := rng.Uint64() &^ (1 << (8*elem - 2))
+		switch {
+		case c.special == 1 && c.dt == layout.BF16:
+			v = v&0x807f | uint64(rng.IntN(27))<<7
+		case c.special == 1:
+			v &= 0x8000
+		case c.special == 2 && rng.IntN(64) == 0:
+			v = v&0x8000 | map[layout.DType]uint64{layout.BF16: 0x7f00 | v&0x7f, layout.FP16: 0x7bff}[c.dt]
+		}
 		var b [8]byte
 		binary.LittleEndian.PutUint64(b[:], v)
 		copy(host[c.srcOff+uint64(k*elem):], b[:elem])
@@ -131,7 +144,81 @@ func TestGPUQuantizeKernels(t *testing.T) {
 			t.Errorf("case %d: %s, %v box %v in %v at %v, blocks %dx%d: %d bytes differ from the reference", i, kernel, c.dt, c.size, c.srcFull, c.srcStart, c.br, c.bc, bad)
 		}
 	}
+	// The 128 x 128 kernels: whole-width blocks of 16-bit sources, rows
+	// ending short, strided, lead dims; blocks of tiny or huge magnitudes
+	// take their general path.
+	for i := range 40 {
+		c := quantCase{dt: []layout.DType{layout.BF16, layout.FP16}[i%2], br: 128, bc: 128, special: i / 2 % 3}
+		nd := 2 + rng.IntN(2)
+		c.srcFull, c.srcStart, c.size = make([]int64, nd), make([]int64, nd), make([]int64, nd)
+		for d := range nd {
+			c.size[d] = 1 + rng.Int64N(3)
+		}
+		c.size[nd-2], c.size[nd-1] = 1+rng.Int64N(300), 128*(1+rng.Int64N(4))
+		for d := range nd {
+			c.srcFull[d] = c.size[d]
+			if rng.IntN(2) == 0 {
+				c.srcFull[d] += 8 * rng.Int64N(3)
+				c.srcStart[d] = (c.srcFull[d] - c.size[d]) / 8 * 8
+			}
+		}
+		kernel, bad := runQuantCase(t, g, dev, st, rng, c)
+		kernels[kernel]++
+		if !strings.HasPrefix(kernel, "quantize_e4m3_b128_") || bad > 0 {
+			t.Errorf("128 x 128 case %d: %s, %v box %v in %v at %v, special %d: %d bytes differ from the reference", i, kernel, c.dt, c.size, c.srcFull, c.srcStart, c.special, bad)
+		}
+	}
 	t.Logf("kernels exercised: %v", kernels)
+}
+
+// The 128 x 128 kernels' arithmetic (a reciprocal and residual
+// corrections instead of IEEE division) gives the bytes and scales of IEEE
+// division for every pair of 16-bit values a block can hold: every amax
+// where they take it, every x with |x| <= amax, both signs.
+func TestGPUQuantDivision(t *testing.T) {
+	devs, err := Devices()
+	skipWithoutGPU(t, err)
+	g, err := newCUDA([]int{devs[0].Index}, time.Minute)
+	skipWithoutGPU(t, err)
+	defer g.close()
+	dev := devs[0].Index
+	st, _ := g.newStream(dev)
+	cnt, err := g.alloc(dev, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.free(dev, cnt)
+	for _, sdt := range []int32{1, 2} {
+		if err := g.upload(dev, cnt, make([]byte, 32)); err != nil {
+			t.Fatal(err)
+		}
+		a := struct { // struct QuantDivArgs
+			bad uint64
+			sdt int32
+			_   int32
+		}{bad: cnt, sdt: sdt}
+		if err := g.launch(dev, "quant_div_check", 4096, 256, st, unsafe.Pointer(&a), unsafe.Sizeof(a), 0, 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.sync(st); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, 32)
+		g.download(dev, got, cnt)
+		scales, bytes, n := binary.LittleEndian.Uint64(got), binary.LittleEndian.Uint64(got[8:]), binary.LittleEndian.Uint64(got[16:])
+		// The pairs the check must have covered.
+		var want uint64
+		for am := range uint64(map[int32]uint64{1: 0x7f80, 2: 0x7c00}[sdt] + 1) {
+			f := layout.Decode(sdtDType[sdt], []byte{byte(am), byte(am >> 8)}, 0)
+			if f == 0 || f >= 0x1p-100 && f <= 0x1p127 {
+				want += 2*am + 2
+			}
+		}
+		t.Logf("%s: %d pairs checked; %d scales and %d fp8 bytes differ from IEEE division", sdtDType[sdt], n, scales, bytes)
+		if n != want || scales+bytes > 0 {
+			t.Errorf("%s: %d pairs checked (want %d), %d scales and %d bytes differ", sdtDType[sdt], n, want, scales, bytes)
+		}
+	}
 }
 
 // readFile reads a little-endian file of the PyTorch check (scripts/gpu-fp8.sh).
@@ -301,6 +388,8 @@ func BenchmarkGPUQuantize(b *testing.B) {
 		{"paper-shard", []int64{16, 2048, 7168}, []int64{0, 0, 0}, []int64{16, 2048, 7168}},
 		// One destination slot's part of it (TP8): strided in the shard.
 		{"paper-pack-box", []int64{16, 2048, 7168}, []int64{0, 256, 0}, []int64{16, 256, 7168}},
+		// One expert's matrix of it.
+		{"one-expert", []int64{16, 2048, 7168}, []int64{5, 0, 0}, []int64{1, 2048, 7168}},
 		// A dense matrix, Kimi-K2's o_proj: [7168, 8192].
 		{"o-proj", []int64{7168, 8192}, []int64{0, 0}, []int64{7168, 8192}},
 	}
@@ -334,18 +423,21 @@ func BenchmarkGPUQuantize(b *testing.B) {
 		}
 		qa, kernel := planQuantArrays(src+uint64(2*off), dst, sc, sst, rowMajor(c.size), rowMajor(sb), c.size, 128, 128, 1, 2)
 		b.Run(c.name, func(b *testing.B) {
-			var tq, tc units.Time
+			// The general vector kernel beside the chosen one, in one loop.
+			var tq, tg, tc units.Time
 			for b.Loop() {
 				tq = timeIt(func() error { return g.quantize(&qa, kernel, st) })
+				tg = timeIt(func() error { return g.quantize(&qa, "quantize_e4m3_8", st) })
 				tc = timeIt(func() error { return g.copy(cp, src, 2*n, st) })
 			}
 			qbw := float64(2*n+n+4*nsc) / tq.Seconds() / 1e9
+			gbw := float64(2*n+n+4*nsc) / tg.Seconds() / 1e9
 			cbw := float64(4*n) / tc.Seconds() / 1e9
 			b.ReportMetric(qbw, "quantize-GB/s")
 			b.ReportMetric(cbw, "copy-GB/s")
 			b.ReportMetric(qbw/cbw, "quantize/copy")
-			fmt.Fprintf(os.Stderr, "quantize %-15s %v %s: %7.0f GB/s (read+written) against a device copy's %7.0f GB/s: %.2f\n",
-				c.name, c.size, kernel, qbw, cbw, qbw/cbw)
+			fmt.Fprintf(os.Stderr, "quantize %-15s %v %s: %7.0f GB/s (read+written) against a device copy's %7.0f GB/s: %.2f (quantize_e4m3_8: %7.0f GB/s, %.2f)\n",
+				c.name, c.size, kernel, qbw, cbw, qbw/cbw, gbw, gbw/cbw)
 		})
 		g.free(dev, src)
 		g.free(dev, dst)

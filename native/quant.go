@@ -2,6 +2,8 @@ package native
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/plan/ir"
@@ -126,7 +128,26 @@ func planQuantArrays(src, dst, scale uint64, sst, dstS, scS, size []int64, br, b
 	if !ok {
 		v = 1
 	}
+	// The 128 x 128 kernels: 16-bit sources in vectors, whole-width blocks.
+	if v == 8 && br == 128 && bc == 128 && a.Cols%128 == 0 && a.Lead*a.NBR*a.NBC < 1<<31 && maxDim(size) < 1<<31 {
+		return a, map[int32]string{1: "quantize_e4m3_b128_bf16", 2: "quantize_e4m3_b128_fp16"}[sdt]
+	}
 	return a, fmt.Sprintf("quantize_e4m3_%d", v)
+}
+
+// maxDim is the largest of sizes.
+func maxDim(sizes []int64) int64 { return slices.Max(sizes) }
+
+// quantGrid is the launch of a quantize kernel over nb quantization blocks
+// on a GPU of sms multiprocessors: threads a thread block, and thread
+// blocks. The 128 x 128 kernels run two thread blocks a multiprocessor,
+// each taking an equal share of the blocks (measured fastest, docs/native.md).
+func quantGrid(kernel string, nb int64, sms int) (threads int, grid int64) {
+	if strings.HasPrefix(kernel, "quantize_e4m3_b128_") {
+		per := (nb + 2*int64(sms) - 1) / (2 * int64(sms))
+		return 128, (nb + per - 1) / per
+	}
+	return 256, min(nb, int64(8*sms))
 }
 
 // planQuantCheck computes the check of an output buffer of a quantized

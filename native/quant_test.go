@@ -103,3 +103,36 @@ func TestExecutorQuantizeCheckFails(t *testing.T) {
 		}
 	}
 }
+
+// Which kernel quantizes a box, and how it is launched: the 128 x 128
+// kernels for whole-width 128 x 128 blocks of aligned 16-bit rows, two
+// thread blocks a multiprocessor with equal shares; the vector and scalar
+// kernels otherwise.
+func TestPlanQuantKernel(t *testing.T) {
+	for _, c := range []struct {
+		size          []int64
+		br, bc        int64
+		sdt           int32
+		src           uint64
+		want          string
+		threads, grid int
+	}{
+		{[]int64{16, 256, 7168}, 128, 128, 1, 0, "quantize_e4m3_b128_bf16", 128, 256},
+		{[]int64{16, 2048, 7168}, 128, 128, 1, 0, "quantize_e4m3_b128_bf16", 128, 261}, // 55 blocks each
+		{[]int64{200, 256}, 128, 128, 2, 0, "quantize_e4m3_b128_fp16", 128, 4},
+		{[]int64{256, 256}, 128, 128, 3, 0, "quantize_e4m3_4", 256, 4},
+		{[]int64{256, 200}, 128, 128, 1, 0, "quantize_e4m3_8", 256, 4},
+		{[]int64{256, 256}, 64, 64, 1, 0, "quantize_e4m3_8", 256, 16},
+		{[]int64{256, 256}, 128, 128, 1, 2, "quantize_e4m3_1", 256, 4},
+	} {
+		nd := len(c.size)
+		elem := []int64{0, 2, 2, 4}[c.sdt]
+		sb := append(append([]int64(nil), c.size[:nd-2]...), (c.size[nd-2]+c.br-1)/c.br, (c.size[nd-1]+c.bc-1)/c.bc)
+		a, kernel := planQuantArrays(c.src, 1<<20, 1<<30, rowMajor(c.size), rowMajor(c.size), rowMajor(sb), c.size, c.br, c.bc, c.sdt, elem)
+		threads, grid := quantGrid(kernel, a.Lead*a.NBR*a.NBC, 132)
+		if kernel != c.want || threads != c.threads || grid != int64(c.grid) {
+			t.Errorf("%v in %dx%d blocks, dtype %d at %#x: %s on %d x %d threads; want %s on %d x %d", c.size, c.br, c.bc, c.sdt, c.src,
+				kernel, grid, threads, c.want, c.grid, c.threads)
+		}
+	}
+}
