@@ -388,6 +388,10 @@ func BenchmarkGPUQuantize(b *testing.B) {
 		{"paper-shard", []int64{16, 2048, 7168}, []int64{0, 0, 0}, []int64{16, 2048, 7168}},
 		// One destination slot's part of it (TP8): strided in the shard.
 		{"paper-pack-box", []int64{16, 2048, 7168}, []int64{0, 256, 0}, []int64{16, 256, 7168}},
+		// What fp8-2gpu quantizes: a rank's 8 experts at the source, and
+		// a gathered matrix whose rows end in a short block (4160 = 32.5 x 128).
+		{"fp8-2gpu-shard", []int64{8, 2048, 7168}, []int64{0, 0, 0}, []int64{8, 2048, 7168}},
+		{"fp8-2gpu-gather", []int64{4160, 7168}, []int64{0, 0}, []int64{4160, 7168}},
 		// One expert's matrix of it.
 		{"one-expert", []int64{16, 2048, 7168}, []int64{5, 0, 0}, []int64{1, 2048, 7168}},
 		// A dense matrix, Kimi-K2's o_proj: [7168, 8192].
