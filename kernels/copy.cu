@@ -385,6 +385,46 @@ __device__ __forceinline__ float block_max(float v, float* red) {
     return red[32];
 }
 
+// quant_block_body quantizes one block: nr rows of nv vectors of V
+// elements from source element so, to destination byte dof, its scale at
+// sat. Two passes over the block's source: its amax, then the bytes (the
+// second read mostly hits L2).
+template <int V>
+__device__ __forceinline__ void quant_block_body(const QuantArgs& a, i64 so, i64 dof, i64 sat, int nr, int nv, float* red) {
+    const i64 srow = a.src_stride[a.nlead], drow = a.dst_stride[a.nlead];
+    float amax = 0.0f;
+    for (int e = threadIdx.x; e < nr * nv; e += blockDim.x) {
+        float x[V];
+        quant_loadv<V>(a, so + (e / nv) * srow + (e % nv) * V, x);
+        for (int q = 0; q < V; ++q) amax = fmaxf(amax, fabsf(x[q]));
+    }
+    amax = block_max(amax, red);
+    float s = quant_scale(amax);
+    if (threadIdx.x == 0) ((float*)a.scale)[sat] = s;
+    for (int e = threadIdx.x; e < nr * nv; e += blockDim.x) {
+        float x[V];
+        unsigned char q[V];
+        quant_loadv<V>(a, so + (e / nv) * srow + (e % nv) * V, x);
+        if (V == 1) {
+            q[0] = to_e4m3(__fdiv_rn(x[0], s));
+        } else {
+            for (int k = 0; k + 1 < V; k += 2) {
+                unsigned short p = to_e4m3x2(__fdiv_rn(x[k + 1], s), __fdiv_rn(x[k], s));
+                q[k] = (unsigned char)p;
+                q[k + 1] = (unsigned char)(p >> 8);
+            }
+        }
+        quant_storev<V>(a, dof + (e / nv) * drow + (e % nv) * V, q);
+    }
+}
+
+// quant_block is quant_block_body out of line, for the 128 x 128 kernels'
+// rare blocks: its registers stay its own.
+template <int V>
+__device__ __noinline__ void quant_block(const QuantArgs& a, i64 so, i64 dof, i64 sat, int nr, int nv, float* red) {
+    quant_block_body<V>(a, so, dof, sat, nr, nv, red);
+}
+
 // quantize_e4m3_V: a thread block per quantization block (grid-strided),
 // V elements a thread at a time: V = 1 anywhere; V = 8 (bf16, fp16) or 4
 // (fp32) when every block row is a whole number of 16-byte-aligned vectors
@@ -413,30 +453,7 @@ __device__ void quantize_e4m3(const QuantArgs& a) {
         so += r0 * srow + c0;
         dof += r0 * drow + c0;
         const int nr = (int)imin(a.br, a.rows - r0), nv = (int)(imin(a.bc, a.cols - c0) / V);
-        float amax = 0.0f;
-        for (int e = threadIdx.x; e < nr * nv; e += blockDim.x) {
-            float x[V];
-            quant_loadv<V>(a, so + (e / nv) * srow + (e % nv) * V, x);
-            for (int q = 0; q < V; ++q) amax = fmaxf(amax, fabsf(x[q]));
-        }
-        amax = block_max(amax, red);
-        float s = quant_scale(amax);
-        if (threadIdx.x == 0) ((float*)a.scale)[sco + i * a.scale_stride[a.nlead] + j] = s;
-        for (int e = threadIdx.x; e < nr * nv; e += blockDim.x) {
-            float x[V];
-            unsigned char q[V];
-            quant_loadv<V>(a, so + (e / nv) * srow + (e % nv) * V, x);
-            if (V == 1) {
-                q[0] = to_e4m3(__fdiv_rn(x[0], s));
-            } else {
-                for (int k = 0; k + 1 < V; k += 2) {
-                    unsigned short p = to_e4m3x2(__fdiv_rn(x[k + 1], s), __fdiv_rn(x[k], s));
-                    q[k] = (unsigned char)p;
-                    q[k + 1] = (unsigned char)(p >> 8);
-                }
-            }
-            quant_storev<V>(a, dof + (e / nv) * drow + (e % nv) * V, q);
-        }
+        quant_block_body<V>(a, so, dof, sco + i * a.scale_stride[a.nlead] + j, nr, nv, red);
     }
 }
 
@@ -448,10 +465,10 @@ __device__ void quantize_e4m3(const QuantArgs& a) {
 // thread block of 128 threads takes a quantization block at a time, a
 // thread 16 rows of 8 elements: the block is read once, a thread's sixteen
 // loads in flight together, kept in registers, and the next block's loads
-// issued before this one is converted. The amax is an integer max of the 16-bit
-// magnitudes (their bits order as their values, NaN above infinity), the
-// divisions are quant_div below, with no slow path that would spill the
-// registers. A block holding a NaN or an infinity, or whose amax is outside
+// issued before this one is converted. The amax is an integer max of the
+// 16-bit magnitudes (their bits order as their values, NaN above
+// infinity), the divisions are quant_div below, with no slow path that
+// would spill the registers. A block holding a NaN or an infinity, or whose amax is outside
 // [2^-100, 2^127], goes to quant_block, the general kernel's code, reading
 // the block again. quant_div_check proves the fast arithmetic equal to
 // IEEE division for every (x, amax) pair of 16-bit values
@@ -501,37 +518,6 @@ __device__ __forceinline__ float f16_bits_to_f(unsigned short h) {
 
 template <int SDT>
 __device__ __forceinline__ float h16_to_f(unsigned short h) { return SDT == 1 ? bf16_to_f(h) : f16_bits_to_f(h); }
-
-// quant_block quantizes one block as the general kernel does (two passes,
-// IEEE division), out of line so its registers stay its own.
-template <int V>
-__device__ __noinline__ void quant_block(const QuantArgs& a, i64 so, i64 dof, i64 sat, int nr, int nv, float* red) {
-    const i64 srow = a.src_stride[a.nlead], drow = a.dst_stride[a.nlead];
-    float amax = 0.0f;
-    for (int e = threadIdx.x; e < nr * nv; e += blockDim.x) {
-        float x[V];
-        quant_loadv<V>(a, so + (e / nv) * srow + (e % nv) * V, x);
-        for (int q = 0; q < V; ++q) amax = fmaxf(amax, fabsf(x[q]));
-    }
-    amax = block_max(amax, red);
-    float s = quant_scale(amax);
-    if (threadIdx.x == 0) ((float*)a.scale)[sat] = s;
-    for (int e = threadIdx.x; e < nr * nv; e += blockDim.x) {
-        float x[V];
-        unsigned char q[V];
-        quant_loadv<V>(a, so + (e / nv) * srow + (e % nv) * V, x);
-        if (V == 1) {
-            q[0] = to_e4m3(__fdiv_rn(x[0], s));
-        } else {
-            for (int k = 0; k + 1 < V; k += 2) {
-                unsigned short p = to_e4m3x2(__fdiv_rn(x[k + 1], s), __fdiv_rn(x[k], s));
-                q[k] = (unsigned char)p;
-                q[k + 1] = (unsigned char)(p >> 8);
-            }
-        }
-        quant_storev<V>(a, dof + (e / nv) * drow + (e % nv) * V, q);
-    }
-}
 
 __device__ __forceinline__ unsigned umax(unsigned a, unsigned b) { return a > b ? a : b; }
 
