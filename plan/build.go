@@ -207,13 +207,15 @@ type builder struct {
 	led             map[string]int     // hierarchical: leaders chosen per replica group of a domain
 	bcastRoots      rootOrder          // agbcast: broadcast roots in order of appearance
 
-	cap     *capper         // nil when staging is not capped
-	roots   []int           // nemo-legacy's broadcast roots, computed on first use
-	boxes   layout.BoxArena // backing store for boxes
-	scratch []int32
-	sdeps   []int32 // scratch for dependency lists being extended
-	rdeps   []int32
-	one     [1]int32
+	cap   *capper // nil when staging is not capped
+	roots []int   // nemo-legacy's broadcast roots, computed on first use
+	// rel and part are the boxes sub and intersect return, reused by the
+	// next call: the schedule's pool keeps a copy of each box it stores.
+	rel, part layout.Box
+	scratch   []int32
+	sdeps     []int32 // scratch for dependency lists being extended
+	rdeps     []int32
+	one       [1]int32
 }
 
 // add appends an op with its dependencies (sorted and made unique) and
@@ -243,9 +245,10 @@ func (b *builder) add(op ir.Op, deps []int32) int32 {
 	return b.s.AddOp(op, d...)
 }
 
-// sub returns global box g relative to box outer's start.
+// sub returns global box g relative to box outer's start, valid until the
+// next call.
 func (b *builder) sub(outer, g layout.Box) layout.Box {
-	out := b.boxes.New(len(g.Size))
+	out := reuse(&b.rel, len(g.Size))
 	for d := range g.Size {
 		out.Start[d] = g.Start[d] - outer.Start[d]
 		out.Size[d] = g.Size[d]
@@ -253,7 +256,8 @@ func (b *builder) sub(outer, g layout.Box) layout.Box {
 	return out
 }
 
-// intersect is layout.Box.Intersect with the result from the arena.
+// intersect is layout.Box.Intersect with the result valid until the next
+// call.
 func (b *builder) intersect(x, y layout.Box) (layout.Box, bool) {
 	nd := len(x.Size)
 	for d := range nd {
@@ -261,12 +265,22 @@ func (b *builder) intersect(x, y layout.Box) (layout.Box, bool) {
 			return layout.Box{}, false
 		}
 	}
-	out := b.boxes.New(nd)
+	out := reuse(&b.part, nd)
 	for d := range nd {
 		lo := max(x.Start[d], y.Start[d])
 		out.Start[d], out.Size[d] = lo, min(x.Start[d]+x.Size[d], y.Start[d]+y.Size[d])-lo
 	}
 	return out, true
+}
+
+// reuse returns scratch box *x resized to rank nd, allocating it only when
+// it is too small.
+func reuse(x *layout.Box, nd int) layout.Box {
+	if cap(x.Size) < nd {
+		*x = layout.NewBox(nd)
+	}
+	x.Start, x.Size = x.Start[:nd], x.Size[:nd]
+	return *x
 }
 
 func newBuilder(tp *topo.Topology, opt Options) *builder {
