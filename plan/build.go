@@ -127,14 +127,17 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 	}
 	// The ops limit, from the chunk counts, before anything is built.
 	var ops int64
+	b.min = make([]int64, len(tensors))
 	for ti := range tensors {
 		if b.regions[ti] == nil {
 			continue
 		}
-		if ops = addSat(ops, b.minOps(ti, opt.MaxOps-ops)); ops > opt.MaxOps {
+		b.min[ti] = b.minOps(ti, opt.MaxOps-ops)
+		if ops = addSat(ops, b.min[ti]); ops > opt.MaxOps {
 			return nil, &OpsLimitError{Route: opt.Route, Ops: ops, Limit: opt.MaxOps, Chunk: opt.ChunkBytes}
 		}
 	}
+	b.minAll = ops
 	b.s.Ops = slices.Grow(b.s.Ops, int(ops))
 	b.s.DepPool = slices.Grow(b.s.DepPool, int(ops))
 	for ti := range tensors {
@@ -157,6 +160,8 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 		case quantAtEntry:
 			b.spread(ti, b.quantizeAtDest(ti), entries[ti])
 		}
+		b.minDone += b.min[ti]
+		b.built = pools{len(b.s.Ops), len(b.s.DepPool), len(b.s.BoxPool)}
 	}
 	if b.cap != nil {
 		if err := b.capErr(); err != nil {
@@ -207,6 +212,13 @@ type builder struct {
 	led             map[string]int     // hierarchical: leaders chosen per replica group of a domain
 	bcastRoots      rootOrder          // agbcast: broadcast roots in order of appearance
 
+	// Pool growth ([builder.room]): per tensor, the ops minOps counts for
+	// it; their sum over the schedule (minAll) and over the tensors done
+	// so far (minDone); the pools' lengths when the last tensor was done.
+	min             []int64
+	minAll, minDone int64
+	built           pools
+
 	cap   *capper // nil when staging is not capped
 	roots []int   // nemo-legacy's broadcast roots, computed on first use
 	// rel and part are the boxes sub and intersect return, reused by the
@@ -234,15 +246,42 @@ func (b *builder) add(op ir.Op, deps []int32) int32 {
 	slices.Sort(d)
 	d = slices.Compact(d)
 	b.scratch = d
-	// Grow by doubling: append's gentler growth for large slices would copy
-	// (and fault in) the op list several times over.
 	if s := b.s; len(s.Ops) == cap(s.Ops) {
-		s.Ops = slices.Grow(s.Ops, max(len(s.Ops), 1024))
+		s.Ops = growTo(s.Ops, b.room(len(s.Ops), 1, b.built.ops))
 	}
 	if s := b.s; cap(s.DepPool)-len(s.DepPool) < len(d) {
-		s.DepPool = slices.Grow(s.DepPool, max(len(s.DepPool), 1024))
+		s.DepPool = growTo(s.DepPool, b.room(len(s.DepPool), len(d), b.built.deps))
 	}
 	return b.s.AddOp(op, d...)
+}
+
+// pools are the lengths of the schedule's pools: its ops, dependencies
+// and box values.
+type pools struct{ ops, deps, boxes int }
+
+// room returns the capacity to give a pool of the schedule that holds n
+// elements and needs extra more: its projected final length. The tensors
+// not yet done will add to it as the tensors done so far did (built
+// elements), in proportion to their minOps; slack of 1/64 absorbs a
+// projection a little short. Before any tensor is done, or when the
+// projection falls short, the pool doubles. For a whole-model schedule,
+// one copy to the projected length replaces doubling, which copied pools
+// of hundreds of MB and left up to half of them unused.
+func (b *builder) room(n, extra, built int) int {
+	if b.minDone > 0 && built > 0 {
+		rest := float64(b.minAll-b.minDone) * float64(built) / float64(b.minDone)
+		if p := n + int(rest); p >= n+extra+n/64 {
+			return p + p/64
+		}
+	}
+	return n + max(extra, n, 1024)
+}
+
+// growTo returns a copy of s with capacity for n elements.
+func growTo[E any](s []E, n int) []E {
+	out := make([]E, len(s), n)
+	copy(out, s)
+	return out
 }
 
 // sub returns global box g relative to box outer's start, valid until the
@@ -505,10 +544,11 @@ func (b *builder) localCopy(ti, d int, g layout.Box) {
 	b.laneOp(b.unpackLast, ir.Copy, d, nil, src, dst)
 }
 
-// addBox stores a box in the schedule's pool, growing it by doubling.
+// addBox stores a box in the schedule's pool, growing it to its projected
+// final length ([builder.room]).
 func (b *builder) addBox(g layout.Box) int32 {
 	if s := b.s; cap(s.BoxPool)-len(s.BoxPool) < 2*len(g.Size) {
-		s.BoxPool = slices.Grow(s.BoxPool, max(len(s.BoxPool), 1024))
+		s.BoxPool = growTo(s.BoxPool, b.room(len(s.BoxPool), 2*len(g.Size), b.built.boxes))
 	}
 	return b.s.AddBox(g)
 }

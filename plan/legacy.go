@@ -1,7 +1,6 @@
 package plan
 
 import (
-	"slices"
 	"sort"
 
 	"github.com/m2n-project/m2n/model/layout"
@@ -31,9 +30,6 @@ const NemoLegacy = "nemo-legacy"
 // Tensors of different stages have different roots and run concurrently;
 // one stage's tensors follow each other on every pair of ranks.
 func (b *builder) legacy(ti int) {
-	if ti == 0 {
-		b.reserveLegacy()
-	}
 	r := b.regions[ti]
 	t := &b.mv[ti]
 	elem := b.elem(ti)
@@ -218,35 +214,6 @@ func ringSegments(sl Slot, pos map[int]int, n int) []ringSegment {
 		}
 	}
 	return out
-}
-
-// reserveLegacy sizes the op list for the whole schedule up front: growing
-// a list of millions of ops by doubling copies it over and over.
-func (b *builder) reserveLegacy() {
-	ops := 0
-	for ti := range b.s.Tensors {
-		t := &b.mv[ti]
-		r := b.regions[ti]
-		if r == nil {
-			continue
-		}
-		elem := b.elem(ti)
-		full := layout.Box{Start: make([]int64, len(t.Src.Shape)), Size: t.Src.Shape}
-		// The broadcast: a send and a recv per chunk and destination rank,
-		// and a copy per destination rank.
-		ops += (2*chunkCount(full, elem, b.s.ChunkBytes) + 1) * len(t.Dst.Mesh.Ranks)
-		// The all-gather: each source rank receives every slot it lacks.
-		for _, sl := range r.SrcSlots {
-			ops += 3 * chunkCount(sl.Box, elem, b.s.ChunkBytes) * (len(t.Src.Mesh.Ranks) - len(sl.Ranks))
-		}
-	}
-	b.s.Ops = slices.Grow(b.s.Ops, ops)
-	b.s.DepPool = slices.Grow(b.s.DepPool, 2*ops)
-}
-
-// chunkCount is [ChunkCount] as an int.
-func chunkCount(g layout.Box, elem, chunkBytes int64) int {
-	return int(ChunkCount(g, elem, chunkBytes))
 }
 
 // legacyRoots returns the distinct roots (first source ranks) of the

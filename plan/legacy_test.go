@@ -178,8 +178,8 @@ func TestChunkCount(t *testing.T) {
 		}
 		elem := int64(1 << rng.IntN(4))
 		chunk := 1 + rng.Int64N(300)
-		if got, want := chunkCount(b, elem, chunk), len(Chunks(b, elem, chunk)); got != want {
-			t.Fatalf("chunkCount(%v, %d, %d) = %d, want %d", b, elem, chunk, got, want)
+		if got, want := int(ChunkCount(b, elem, chunk)), len(Chunks(b, elem, chunk)); got != want {
+			t.Fatalf("ChunkCount(%v, %d, %d) = %d, want %d", b, elem, chunk, got, want)
 		}
 	}
 }
