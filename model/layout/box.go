@@ -173,23 +173,38 @@ func (b Box) ForEachRun(full []int64, f func(first, n int64)) {
 }
 
 // BoxArena hands out boxes from large blocks, so code that makes millions
-// of small boxes (the planner, the verifier) makes few allocations. A box
-// from an arena must not be grown with append. The zero value is ready.
-type BoxArena struct{ buf []int64 }
+// of small boxes (the verifier) makes few allocations. A box from an arena
+// must not be grown with append. The zero value is ready.
+type BoxArena struct {
+	block []int64 // the current block
+	used  int     // its values handed out since it was made or reset
+}
 
 // New returns a zeroed box of rank nd.
 func (a *BoxArena) New(nd int) Box {
-	if len(a.buf) < 2*nd {
-		a.buf = make([]int64, max(2*nd, 1<<16))
-	}
-	b := Box{Start: a.buf[:nd:nd], Size: a.buf[nd : 2*nd : 2*nd]}
-	a.buf = a.buf[2*nd:]
+	b := a.take(nd)
+	clear(b.Start) // a block is reused after Reset
+	clear(b.Size)
 	return b
 }
 
+// take returns a box of rank nd whose values are those last written there.
+func (a *BoxArena) take(nd int) Box {
+	if len(a.block)-a.used < 2*nd {
+		a.block, a.used = make([]int64, max(2*nd, 1<<16)), 0
+	}
+	v := a.block[a.used : a.used+2*nd : a.used+2*nd]
+	a.used += 2 * nd
+	return Box{Start: v[:nd:nd], Size: v[nd:]}
+}
+
+// Reset hands out the current block again, for boxes that live a short
+// while: every box New or Clone returned before must no longer be used.
+func (a *BoxArena) Reset() { a.used = 0 }
+
 // Clone returns a copy of b from the arena.
 func (a *BoxArena) Clone(b Box) Box {
-	c := a.New(len(b.Size))
+	c := a.take(len(b.Size))
 	copy(c.Start, b.Start)
 	copy(c.Size, b.Size)
 	return c

@@ -289,3 +289,22 @@ func TestRankIndex(t *testing.T) {
 		})
 	}
 }
+
+func TestBoxArenaReset(t *testing.T) {
+	var a BoxArena
+	x := a.Clone(Box{Start: []int64{1, 2}, Size: []int64{3, 4}})
+	y := a.New(3)
+	if !y.Equal(NewBox(3)) || len(x.Start) != 2 || x.Size[1] != 4 {
+		t.Fatalf("New after Clone: %v, %v", x, y)
+	}
+	a.Reset()
+	// The memory of x is handed out again, zeroed.
+	z := a.New(2)
+	if !z.Equal(NewBox(2)) || &z.Start[0] != &x.Start[0] {
+		t.Fatalf("New after Reset: %v, want zeros in x's memory", z)
+	}
+	z.Size[1] = 7
+	if w := a.New(1); w.Start[0] != 0 || w.Size[0] != 0 || z.Size[1] != 7 {
+		t.Fatalf("boxes overlap after Reset: %v, %v", z, w)
+	}
+}

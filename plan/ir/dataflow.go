@@ -122,10 +122,11 @@ func (v *validator) dataflow() error {
 		v.seen = make([]int32, len(s.Ops))
 	}
 	step := func(i int32) error {
+		v.tmp.Reset()
 		op := &s.Ops[i]
 		switch op.Kind {
 		case Copy, Pack, Unpack:
-			c, err := v.read(i, op.Src)
+			c, err := v.read(i, op.Src, v.arenaFor(op.Dst))
 			if err != nil {
 				return err
 			}
@@ -137,7 +138,7 @@ func (v *validator) dataflow() error {
 			if op.Kind == Send {
 				snd, rcv = i, op.Match
 			}
-			c, err := v.read(snd, s.Ops[snd].Src)
+			c, err := v.read(snd, s.Ops[snd].Src, v.arenaFor(s.Ops[rcv].Dst))
 			if err != nil {
 				return err
 			}
@@ -348,11 +349,21 @@ func (v *validator) runs(b *Buffer, r Region, f func(lo, hi int64)) {
 	v.s.Box(r).ForEachRun(b.Box.Size, func(lo, n int64) { f(lo*elem, (lo+n)*elem) })
 }
 
-// globalBox returns the global box a region of a placed buffer covers; a
-// byte range must cover whole elements that form a box.
-func (v *validator) globalBox(op int32, b *Buffer, r Region) (layout.Box, error) {
+// arenaFor returns the arena for the boxes of what an op reads to write
+// into region r: tmp when r's buffer is placed (write checks them and keeps
+// none), else boxes (the content of unplaced staging is kept).
+func (v *validator) arenaFor(r Region) *layout.BoxArena {
+	if v.s.Buffers[r.Buf].Placed() {
+		return &v.tmp
+	}
+	return &v.boxes
+}
+
+// globalBox returns the global box a region of a placed buffer covers,
+// from arena a; a byte range must cover whole elements that form a box.
+func (v *validator) globalBox(a *layout.BoxArena, op int32, b *Buffer, r Region) (layout.Box, error) {
 	if r.IsBox() {
-		g := v.boxes.Clone(v.s.Box(r))
+		g := a.Clone(v.s.Box(r))
 		for d := range g.Start {
 			g.Start[d] += b.Box.Start[d]
 		}
@@ -362,7 +373,7 @@ func (v *validator) globalBox(op int32, b *Buffer, r Region) (layout.Box, error)
 	if r.Offset%elem != 0 || r.Bytes%elem != 0 {
 		return layout.Box{}, v.opErr(op, "byte range [%d, %d) of buffer %d splits an element", r.Offset, r.Offset+r.Bytes, r.Buf)
 	}
-	g, ok := v.rangeBox(b.Box, r.Offset/elem, r.Bytes/elem)
+	g, ok := rangeBox(a, b.Box, r.Offset/elem, r.Bytes/elem)
 	if !ok {
 		return layout.Box{}, v.opErr(op, "byte range [%d, %d) of buffer %d is not a box of %s", r.Offset, r.Offset+r.Bytes, r.Buf, v.s.Tensors[b.Tensor].Name)
 	}
@@ -370,8 +381,8 @@ func (v *validator) globalBox(op int32, b *Buffer, r Region) (layout.Box, error)
 }
 
 // rangeBox returns the elements [start, start+n) of box b in row-major
-// order as a box, if they form one.
-func (v *validator) rangeBox(b layout.Box, start, n int64) (layout.Box, bool) {
+// order as a box from arena a, if they form one.
+func rangeBox(a *layout.BoxArena, b layout.Box, start, n int64) (layout.Box, bool) {
 	nd := len(b.Size)
 	if n <= 0 || start < 0 || start+n > b.Elems() {
 		return layout.Box{}, false
@@ -395,7 +406,7 @@ func (v *validator) rangeBox(b layout.Box, start, n int64) (layout.Box, bool) {
 		if start/stride[d] != (start+n-1)/stride[d] {
 			return layout.Box{}, false
 		}
-		out := v.boxes.New(nd)
+		out := a.New(nd)
 		for k := 0; k < nd; k++ {
 			switch {
 			case k < d:
@@ -415,8 +426,9 @@ func (v *validator) rangeBox(b layout.Box, start, n int64) (layout.Box, bool) {
 }
 
 // read returns the content of a region as op reads it, after checking that
-// every byte was written by an op that happens before op.
-func (v *validator) read(op int32, r Region) ([]seg, error) {
+// every byte was written by an op that happens before op. The boxes it
+// makes come from arena a.
+func (v *validator) read(op int32, r Region, a *layout.BoxArena) ([]seg, error) {
 	s := v.s
 	b := &s.Buffers[r.Buf]
 	dyn := v.spaceOf[r.Buf] >= 0
@@ -469,7 +481,7 @@ func (v *validator) read(op int32, r Region) ([]seg, error) {
 		}
 	}
 	if b.Placed() {
-		g, err := v.globalBox(op, b, r)
+		g, err := v.globalBox(a, op, b, r)
 		if err != nil {
 			return nil, err
 		}
@@ -486,7 +498,7 @@ func (v *validator) read(op int32, r Region) ([]seg, error) {
 		for ; k < len(gs) && gs[k].lo < hi+base; k++ {
 			g := &gs[k]
 			var err error
-			if out, err = v.cut(op, r, out, v.content[g.w], g.org-base, max(lo, g.lo-base), min(hi, g.hi-base)); err != nil {
+			if out, err = v.cut(a, op, r, out, v.content[g.w], g.org-base, max(lo, g.lo-base), min(hi, g.hi-base)); err != nil {
 				return nil, err
 			}
 		}
@@ -496,7 +508,7 @@ func (v *validator) read(op int32, r Region) ([]seg, error) {
 	k := sort.Search(len(ws), func(i int) bool { return ws[i].hi > lo })
 	for ; k < len(ws) && ws[k].lo < hi; k++ {
 		var err error
-		if out, err = v.cut(op, r, out, v.content[ws[k].op], ws[k].lo, lo, hi); err != nil {
+		if out, err = v.cut(a, op, r, out, v.content[ws[k].op], ws[k].lo, lo, hi); err != nil {
 			return nil, err
 		}
 	}
@@ -504,8 +516,9 @@ func (v *validator) read(op int32, r Region) ([]seg, error) {
 }
 
 // cut appends to out the part of content c, which starts at byte pos, that
-// lies in the bytes [lo, hi) that op reads of region r.
-func (v *validator) cut(op int32, r Region, out, c []seg, pos, lo, hi int64) ([]seg, error) {
+// lies in the bytes [lo, hi) that op reads of region r; the boxes it cuts
+// come from arena.
+func (v *validator) cut(arena *layout.BoxArena, op int32, r Region, out, c []seg, pos, lo, hi int64) ([]seg, error) {
 	s := v.s
 	for _, g := range c {
 		n := v.segBytes(g)
@@ -518,7 +531,7 @@ func (v *validator) cut(op int32, r Region, out, c []seg, pos, lo, hi int64) ([]
 				if (a-pos)%elem != 0 || (z-a)%elem != 0 {
 					return nil, v.opErr(op, "reads bytes [%d, %d) of buffer %d, splitting an element", r.Offset, r.Offset+r.Bytes, r.Buf)
 				}
-				sub, ok := v.rangeBox(g.box, (a-pos)/elem, (z-a)/elem)
+				sub, ok := rangeBox(arena, g.box, (a-pos)/elem, (z-a)/elem)
 				if !ok {
 					return nil, v.opErr(op, "reads bytes [%d, %d) of buffer %d, which cut %s's box %v into a non-box", r.Offset, r.Offset+r.Bytes, r.Buf, s.Tensors[g.tensor].Name, g.box)
 				}
@@ -558,11 +571,12 @@ func (v *validator) write(op int32, r Region, c []seg) error {
 		v.content[op] = append([]seg(nil), c...)
 		return nil
 	}
-	want, err := v.globalBox(op, b, r)
+	want, err := v.globalBox(&v.tmp, op, b, r)
 	if err != nil {
 		return err
 	}
 	var at int64 // elements of want covered so far
+	whole := want.Elems()
 	for _, g := range c {
 		if g.tensor != b.Tensor {
 			return v.opErr(op, "writes elements of %s into buffer %d of %s", s.Tensors[g.tensor].Name, r.Buf, s.Tensors[b.Tensor].Name)
@@ -571,7 +585,10 @@ func (v *validator) write(op int32, r Region, c []seg) error {
 			return v.opErr(op, "writes %v elements of %s into buffer %d, which holds %v", g.dt, s.Tensors[g.tensor].Name, r.Buf, bd)
 		}
 		n := g.box.Elems()
-		exp, ok := v.rangeBox(want, at, n)
+		exp, ok := want, true // one segment of the whole region, the common case
+		if at != 0 || n != whole {
+			exp, ok = rangeBox(&v.tmp, want, at, n)
+		}
 		if !ok || !exp.Equal(g.box) {
 			return v.opErr(op, "writes %s elements %v where %v belong (buffer %d, %s of rank %d)", s.Tensors[g.tensor].Name, g.box, exp, r.Buf, b.Kind, b.Rank)
 		}
@@ -694,7 +711,7 @@ func (v *validator) before(w, x int32) bool {
 func (v *validator) quantize(i int32) error {
 	s := v.s
 	op := &s.Ops[i]
-	c, err := v.read(i, op.Src)
+	c, err := v.read(i, op.Src, v.arenaFor(op.Dst))
 	if err != nil {
 		return err
 	}

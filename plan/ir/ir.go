@@ -363,8 +363,8 @@ func (s *Schedule) GlobalBox(r Region) (layout.Box, bool) {
 	if r.Offset%elem != 0 || r.Bytes%elem != 0 {
 		return layout.Box{}, false
 	}
-	var v validator
-	g, ok := v.rangeBox(b.Box, r.Offset/elem, r.Bytes/elem)
+	var a layout.BoxArena
+	g, ok := rangeBox(&a, b.Box, r.Offset/elem, r.Bytes/elem)
 	if !ok {
 		return layout.Box{}, false
 	}

@@ -65,8 +65,9 @@ type validator struct {
 	node  []int32
 	order []int32
 	stack []int32
-	boxes layout.BoxArena
-	one   [1]seg // scratch for single-segment reads
+	boxes layout.BoxArena // boxes of the content of unplaced staging
+	tmp   layout.BoxArena // boxes of one step of dataflow, reset at the next
+	one   [1]seg          // scratch for single-segment reads
 	// meshPos caches, per mesh rank list, each rank's position in it, so
 	// looking up a buffer's rank costs O(1) whatever the mesh's size.
 	meshPos map[meshKey]*layout.RankIndex
