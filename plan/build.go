@@ -138,7 +138,23 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 		}
 	}
 	b.minAll = ops
-	b.s.Ops = slices.Grow(b.s.Ops, int(ops))
+	// agbcast and nemo-legacy: the ops, counted from the geometry, so the
+	// op pool is allocated once.
+	size := ops
+	if opt.Route == AGBcast || opt.Route == NemoLegacy {
+		size = 0
+		for ti := range tensors {
+			switch {
+			case b.regions[ti] == nil:
+			case opt.Route == AGBcast:
+				size += b.agbcastOps(ti)
+			default:
+				size += b.legacyOps(ti)
+			}
+		}
+		size = max(size, ops)
+	}
+	b.s.Ops = slices.Grow(b.s.Ops, int(size))
 	b.s.DepPool = slices.Grow(b.s.DepPool, int(ops))
 	for ti := range tensors {
 		if b.regions[ti] == nil {
@@ -298,18 +314,26 @@ func (b *builder) sub(outer, g layout.Box) layout.Box {
 // intersect is layout.Box.Intersect with the result valid until the next
 // call.
 func (b *builder) intersect(x, y layout.Box) (layout.Box, bool) {
-	nd := len(x.Size)
-	for d := range nd {
-		if min(x.Start[d]+x.Size[d], y.Start[d]+y.Size[d]) <= max(x.Start[d], y.Start[d]) {
-			return layout.Box{}, false
-		}
+	if !meets(x, y) {
+		return layout.Box{}, false
 	}
+	nd := len(x.Size)
 	out := reuse(&b.part, nd)
 	for d := range nd {
 		lo := max(x.Start[d], y.Start[d])
 		out.Start[d], out.Size[d] = lo, min(x.Start[d]+x.Size[d], y.Start[d]+y.Size[d])-lo
 	}
 	return out, true
+}
+
+// meets reports whether boxes x and y share an element.
+func meets(x, y layout.Box) bool {
+	for d := range x.Size {
+		if min(x.Start[d]+x.Size[d], y.Start[d]+y.Size[d]) <= max(x.Start[d], y.Start[d]) {
+			return false
+		}
+	}
+	return true
 }
 
 // reuse returns scratch box *x resized to rank nd, allocating it only when

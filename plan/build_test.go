@@ -175,6 +175,33 @@ func TestRoutesDeliverExactBytes(t *testing.T) {
 	}
 }
 
+// agbcast and nemo-legacy count their ops from the geometry before building
+// (agbcastOps, legacyOps): the op pool is allocated once, to the size the
+// schedule needs. Too few would double it, too many leave it short of full.
+func TestOpPoolSizedOnce(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for i := range 100 {
+		src, dst := randomLayouts(rng)
+		tp := randomTopology(rng)
+		tensors := []ir.Tensor{{Name: "t", Src: src, Dst: dst}}
+		if rng.IntN(3) == 0 {
+			s2, d2 := randomLayouts(rng)
+			tensors = append(tensors, ir.Tensor{Name: "u", Src: s2, Dst: d2})
+		}
+		chunk := int64(1 + rng.IntN(64))
+		for _, route := range []string{AGBcast, NemoLegacy} {
+			s, err := Build(tensors, tp, Options{Route: route, ChunkBytes: chunk})
+			if err != nil {
+				t.Fatalf("case %d %s: %v", i, route, err)
+			}
+			// Allocation rounds up to a size class: 1/8 at most, or a page.
+			if n, c := len(s.Ops), cap(s.Ops); c > n+n/8+128 {
+				t.Errorf("case %d %s: %d ops in a pool of %d\nsrc %v\ndst %v", i, route, n, c, src, dst)
+			}
+		}
+	}
+}
+
 // Route properties on disjoint meshes in separate domains: flat sends rho x B
 // from the sources, hierarchical B, and hierarchical brings each byte into
 // each destination domain once over the network; agbcast delivers the whole

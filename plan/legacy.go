@@ -185,6 +185,57 @@ func (b *builder) legacy(ti int) {
 	}
 }
 
+// legacyOps is the number of ops legacy emits for tensor ti, but for
+// quantize ops and a quantized tensor's spread: each source rank's copy of
+// its block into its gathered copy, the all-gather's transfers (each
+// followed by an unpack where the chunk is strided in the gathered copy),
+// the broadcast's transfers, and the keeps of the root and of each ring
+// rank that needs less than the whole tensor.
+func (b *builder) legacyOps(ti int) int64 {
+	r := b.regions[ti]
+	t := &b.mv[ti]
+	elem := b.elem(ti)
+	full := layout.Box{Start: make([]int64, len(t.Src.Shape)), Size: t.Src.Shape}
+	ring := t.Src.Mesh.Ranks
+	root := ring[0]
+	pos := make(map[int]int, len(ring))
+	var n int64
+	for i, rk := range ring {
+		pos[rk] = i
+		if s := r.SrcSlotOf(rk); s >= 0 && !r.SrcSlots[s].Box.Equal(full) {
+			n++
+		}
+	}
+	for _, sl := range r.SrcSlots {
+		var pass int64 // the ops of the slot's chunks reaching one rank
+		for _, sg := range ringSegments(sl, pos, len(ring)) {
+			if pass == 0 {
+				for _, g := range Chunks(sl.Box, elem, b.s.ChunkBytes) {
+					pass += 2
+					if count, _ := g.Runs(full.Size); count != 1 {
+						pass++
+					}
+				}
+			}
+			n += pass * int64(len(sg.to))
+		}
+	}
+	if k, _ := r.DstSlotOf(root); k >= 0 {
+		n++
+	}
+	var bring int64
+	for _, d := range t.Dst.Mesh.Ranks {
+		if d == root {
+			continue
+		}
+		bring++
+		if k, _ := r.DstSlotOf(d); k >= 0 && !r.DstSlots[k].Box.Equal(full) {
+			n++
+		}
+	}
+	return n + 2*bring*ChunkCount(full, elem, b.s.ChunkBytes)
+}
+
 // ringSegment is the part of the source ring one holder of a source slot
 // passes the slot along in the all-gather: from the holder's ring position
 // to the positions after it, in order, up to the next holder.

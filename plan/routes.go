@@ -605,3 +605,41 @@ func (b *builder) agbcast(ti int) {
 		}
 	}
 }
+
+// agbcastOps is the number of ops agbcast emits for tensor ti, but for
+// quantize ops and a quantized tensor's spread: the gather (a copy at the
+// root, else a transfer, into staging followed by an unpack where the
+// slot is strided in the gathered copy), and per chunk a transfer to each
+// ring rank and a keep on each rank whose destination slot it meets.
+func (b *builder) agbcastOps(ti int) int64 {
+	r := b.regions[ti]
+	t := &b.mv[ti]
+	root := t.Src.Mesh.Ranks[0]
+	full := layout.Box{Start: make([]int64, len(t.Src.Shape)), Size: t.Src.Shape}
+	var n int64
+	for _, sl := range r.SrcSlots {
+		count, _ := sl.Box.Runs(full.Size)
+		switch {
+		case gatherSource(sl, root, b.tp) == root:
+			n++
+		case count == 1:
+			n += 2
+		default:
+			n += 3
+		}
+	}
+	chunks := Chunks(full, b.elem(ti), b.s.ChunkBytes)
+	ring := int64(len(t.Dst.Mesh.Ranks))
+	if r.dstPos.Pos(root) >= 0 {
+		ring-- // the ring is the destination ranks but the root
+	}
+	n += 2 * ring * int64(len(chunks))
+	for _, sl := range r.DstSlots {
+		for _, g := range chunks {
+			if meets(g, sl.Box) {
+				n += int64(len(sl.Ranks))
+			}
+		}
+	}
+	return n
+}
