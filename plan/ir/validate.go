@@ -504,13 +504,27 @@ func (v *validator) acyclic() error {
 			node[i] = m
 		}
 	}
-	indeg := make([]int32, n)
-	start := make([]int32, n+1) // successors of node a: succ[start[a]:start[a+1]]
+	// When every dependency's node precedes its op's node, node IDs are a
+	// topological order, so the graph is acyclic (as m2n's builders emit
+	// it); otherwise record the order Kahn's algorithm finds.
+	idOrder := true
 	for i := range n {
 		for _, d := range s.Deps(i) {
 			if node[d] == node[i] {
 				return v.opErr(i, "depends on its own matching %s", s.Ops[d].Kind)
 			}
+			idOrder = idOrder && node[d] < node[i]
+		}
+	}
+	v.node = node
+	if idOrder {
+		return nil
+	}
+	v.order = make([]int32, n)
+	indeg := make([]int32, n)
+	start := make([]int32, n+1) // successors of node a: succ[start[a]:start[a+1]]
+	for i := range n {
+		for _, d := range s.Deps(i) {
 			start[node[d]+1]++
 			indeg[node[i]]++
 		}
@@ -527,18 +541,6 @@ func (v *validator) acyclic() error {
 			fill[a]++
 		}
 	}
-	v.node = node
-	// When every dependency's node precedes its op's node, node IDs are a
-	// topological order; otherwise record the order Kahn's algorithm finds.
-	idOrder := true
-	for i := range n {
-		for _, d := range s.Deps(i) {
-			idOrder = idOrder && node[d] < node[i]
-		}
-	}
-	if !idOrder {
-		v.order = make([]int32, n)
-	}
 	var queue []int32
 	nodes := 0
 	for i := range n {
@@ -553,9 +555,7 @@ func (v *validator) acyclic() error {
 	for len(queue) > 0 {
 		a := queue[len(queue)-1]
 		queue = queue[:len(queue)-1]
-		if v.order != nil {
-			v.order[a] = int32(done)
-		}
+		v.order[a] = int32(done)
 		done++
 		for _, b := range succ[start[a]:start[a+1]] {
 			if indeg[b]--; indeg[b] == 0 {
