@@ -573,20 +573,40 @@ func (b *builder) agbcast(ti int) {
 	for i, d := range ring {
 		bufs[i] = b.placed(ir.Staging, ti, d, full)
 	}
-	keep := func(rank int, buf int32, g layout.Box, deps []int32) {
+	// A keep's boxes depend on the chunk and the rank's destination slot
+	// only: every copy of the tensor holds it whole, every output of a slot
+	// the slot's box. They are stored once per chunk and slot, and shared
+	// by the slot's replicas.
+	type kept struct {
+		chunk    int       // 1 + the chunk; 0: none yet
+		meets    bool      // the chunk meets the slot
+		src, dst ir.Region // the keep's regions, their buffers those of the first replica
+	}
+	keeps := make([]kept, len(r.DstSlots))
+	keep := func(c, rank int, buf int32, g layout.Box, deps []int32) {
 		k, _ := r.DstSlotOf(rank)
 		if k < 0 {
 			return
 		}
-		part, ok := b.intersect(g, r.DstSlots[k].Box)
-		if !ok {
+		kp := &keeps[k]
+		if kp.chunk != c+1 {
+			kp.chunk = c + 1
+			part, ok := b.intersect(g, r.DstSlots[k].Box)
+			if kp.meets = ok; ok {
+				kp.src = b.boxAsBox(buf, part)
+				kp.dst = b.boxAsBox(b.output(ti, rank), part)
+			}
+		}
+		if !kp.meets {
 			return
 		}
-		b.laneOp(b.unpackLast, ir.Copy, rank, deps, b.boxAsBox(buf, part), b.boxAsBox(b.output(ti, rank), part))
+		src, dst := kp.src, kp.dst
+		src.Buf, dst.Buf = buf, b.output(ti, rank)
+		b.laneOp(b.unpackLast, ir.Copy, rank, deps, src, dst)
 	}
 	var one [1]int32
 	var need []int32
-	for _, g := range chunks {
+	for c, g := range chunks {
 		prev, _ := b.boxIn(rootBuf, g)
 		need = need[:0]
 		for k, sl := range r.SrcSlots {
@@ -595,12 +615,12 @@ func (b *builder) agbcast(ti int) {
 			}
 		}
 		from, deps := root, need
-		keep(root, rootBuf, g, need)
+		keep(c, root, rootBuf, g, need)
 		for i, d := range ring {
 			dst, _ := b.boxIn(bufs[i], g)
 			_, recv := b.xfer(from, d, prev, dst, deps, nil)
 			one[0] = recv
-			keep(d, bufs[i], g, one[:])
+			keep(c, d, bufs[i], g, one[:])
 			prev, from, deps = dst, d, one[:]
 		}
 	}
