@@ -154,8 +154,10 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 		}
 		size = max(size, ops)
 	}
-	b.s.Ops = slices.Grow(b.s.Ops, int(size))
-	b.s.DepPool = slices.Grow(b.s.DepPool, int(ops))
+	// make, not slices.Grow: its append clears the new capacity, faulting
+	// in memory the runtime hands out zeroed already.
+	b.s.Ops = make([]ir.Op, 0, size)
+	b.s.DepPool = make([]int32, 0, ops)
 	for ti := range tensors {
 		if b.regions[ti] == nil {
 			continue
