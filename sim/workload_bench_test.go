@@ -103,3 +103,28 @@ func BenchmarkWorkloadSim(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkWorkloadPlan builds and verifies one route of a shipped
+// whole-model scenario: the planner alone, its time and allocations
+// (docs/performance.md, "Planner memory").
+func BenchmarkWorkloadPlan(b *testing.B) {
+	for _, route := range []string{"agbcast", "nemo-legacy", "hierarchical"} {
+		b.Run("dsv3-256/"+route, func(b *testing.B) {
+			p, ts := workloadPoint(b, "dsv3-256")
+			chunk := int64(plan.DefaultChunkBytes)
+			if p.Chunk != nil {
+				chunk = int64(*p.Chunk)
+			}
+			b.ReportAllocs()
+			var ops int
+			for b.Loop() {
+				s, err := plan.Build(ts, p.Topology, plan.Options{Route: route, ChunkBytes: chunk})
+				if err != nil {
+					b.Fatal(err)
+				}
+				ops = len(s.Ops)
+			}
+			b.ReportMetric(float64(ops), "ops")
+		})
+	}
+}
