@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 	"unsafe"
 
 	"github.com/m2n-project/m2n/model/layout"
@@ -106,13 +105,7 @@ func runQuantCase(t *testing.T, g *cudaGPU, dev int, st handle, rng *rand.Rand, 
 // The quantize kernels against the reference quantizer on random boxes,
 // strided and not, every source dtype, aligned (vector kernels) or not.
 func TestGPUQuantizeKernels(t *testing.T) {
-	devs, err := Devices()
-	skipWithoutGPU(t, err)
-	g, err := newCUDA([]int{devs[0].Index}, time.Minute)
-	skipWithoutGPU(t, err)
-	defer g.close()
-	dev := devs[0].Index
-	st, _ := g.newStream(dev)
+	g, dev, st := firstGPU(t)
 	rng := rand.New(rand.NewPCG(61, 62))
 	kernels := map[string]int{}
 	for i := range 200 {
@@ -176,13 +169,7 @@ func TestGPUQuantizeKernels(t *testing.T) {
 // division for every pair of 16-bit values a block can hold: every amax
 // where they take it, every x with |x| <= amax, both signs.
 func TestGPUQuantDivision(t *testing.T) {
-	devs, err := Devices()
-	skipWithoutGPU(t, err)
-	g, err := newCUDA([]int{devs[0].Index}, time.Minute)
-	skipWithoutGPU(t, err)
-	defer g.close()
-	dev := devs[0].Index
-	st, _ := g.newStream(dev)
+	g, dev, st := firstGPU(t)
 	cnt, err := g.alloc(dev, 32)
 	if err != nil {
 		t.Fatal(err)
@@ -257,13 +244,7 @@ func TestGPUFP8Bits(t *testing.T) {
 		}
 	}
 	t.Logf("Go reference: %d of %d values differ from PyTorch", bad, n)
-	devs, err := Devices()
-	skipWithoutGPU(t, err)
-	g, err := newCUDA([]int{devs[0].Index}, time.Minute)
-	skipWithoutGPU(t, err)
-	defer g.close()
-	dev := devs[0].Index
-	st, _ := g.newStream(dev)
+	g, dev, st := firstGPU(t)
 	dx, _ := g.alloc(dev, int64(len(x)))
 	ds, _ := g.alloc(dev, int64(len(s)))
 	dq, _ := g.alloc(dev, int64(n))
@@ -351,13 +332,7 @@ func TestGPUFP8Bits(t *testing.T) {
 // device copy of the bf16 bytes, both counting bytes read and written:
 // bf16 in, fp8 and scales out. Run with -test.bench GPUQuantize.
 func BenchmarkGPUQuantize(b *testing.B) {
-	devs, err := Devices()
-	skipWithoutGPU(b, err)
-	g, err := newCUDA([]int{devs[0].Index}, time.Minute)
-	skipWithoutGPU(b, err)
-	defer g.close()
-	dev := devs[0].Index
-	st, _ := g.newStream(dev)
+	g, dev, st := firstGPU(b)
 	e0, _ := g.newEvent(dev, true)
 	e1, _ := g.newEvent(dev, true)
 	timeIt := func(f func() error) units.Time {

@@ -198,16 +198,25 @@ func TestGPUTooBig(t *testing.T) {
 	}
 }
 
+// firstGPU opens the first GPU for a test or benchmark, skipping it where
+// there is none, and closes it when the test ends: the GPU, its index and
+// a stream on it.
+func firstGPU(tb testing.TB) (*cudaGPU, int, handle) {
+	tb.Helper()
+	devs, err := Devices()
+	skipWithoutGPU(tb, err)
+	g, err := newCUDA([]int{devs[0].Index}, time.Minute)
+	skipWithoutGPU(tb, err)
+	tb.Cleanup(func() { g.close() })
+	dev := devs[0].Index
+	st, _ := g.newStream(dev)
+	return g, dev, st
+}
+
 // Every box-copy kernel, on random geometries (odd row pitches, every
 // element size, runs from one element to many KiB), matches a host copy.
 func TestGPUBoxCopyKernels(t *testing.T) {
-	devs, err := Devices()
-	skipWithoutGPU(t, err)
-	g, err := newCUDA([]int{devs[0].Index}, time.Minute)
-	skipWithoutGPU(t, err)
-	defer g.close()
-	dev := devs[0].Index
-	st, _ := g.newStream(dev)
+	g, dev, st := firstGPU(t)
 	rng := rand.New(rand.NewPCG(43, 44))
 	kernels := map[string]int{}
 	for i := range 300 {

@@ -129,6 +129,20 @@ func randomTopology(rng *rand.Rand) *topo.Topology {
 	return t
 }
 
+// randomBatch draws a random case: a tensor with random layouts, and one
+// time in batch a second with its own; a topology of randomTopology; a
+// chunk of 1-64 bytes.
+func randomBatch(rng *rand.Rand, batch int) ([]ir.Tensor, *topo.Topology, int64) {
+	src, dst := randomLayouts(rng)
+	tp := randomTopology(rng)
+	tensors := []ir.Tensor{{Name: "t", Src: src, Dst: dst}}
+	if rng.IntN(batch) == 0 {
+		s2, d2 := randomLayouts(rng)
+		tensors = append(tensors, ir.Tensor{Name: "u", Src: s2, Dst: d2})
+	}
+	return tensors, tp, int64(1 + rng.IntN(64))
+}
+
 // sentBy sums the bytes of sends by class, from ranks in from to ranks in to.
 func sentBytes(s *ir.Schedule, from, to func(int) bool) int64 {
 	var n int64
@@ -148,14 +162,8 @@ func TestRoutesDeliverExactBytes(t *testing.T) {
 		n = 40
 	}
 	for i := range n {
-		src, dst := randomLayouts(rng)
-		tp := randomTopology(rng)
-		tensors := []ir.Tensor{{Name: "t", Src: src, Dst: dst}}
-		if rng.IntN(3) == 0 { // a batch: a second tensor with its own layouts
-			s2, d2 := randomLayouts(rng)
-			tensors = append(tensors, ir.Tensor{Name: "u", Src: s2, Dst: d2})
-		}
-		chunk := int64(1 + rng.IntN(64))
+		tensors, tp, chunk := randomBatch(rng, 3)
+		src, dst := tensors[0].Src, tensors[0].Dst
 		for _, route := range Routes {
 			s, err := Build(tensors, tp, Options{Route: route, ChunkBytes: chunk})
 			if err != nil {
@@ -181,14 +189,8 @@ func TestRoutesDeliverExactBytes(t *testing.T) {
 func TestOpPoolSizedOnce(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	for i := range 100 {
-		src, dst := randomLayouts(rng)
-		tp := randomTopology(rng)
-		tensors := []ir.Tensor{{Name: "t", Src: src, Dst: dst}}
-		if rng.IntN(3) == 0 {
-			s2, d2 := randomLayouts(rng)
-			tensors = append(tensors, ir.Tensor{Name: "u", Src: s2, Dst: d2})
-		}
-		chunk := int64(1 + rng.IntN(64))
+		tensors, tp, chunk := randomBatch(rng, 3)
+		src, dst := tensors[0].Src, tensors[0].Dst
 		for _, route := range []string{AGBcast, NemoLegacy} {
 			s, err := Build(tensors, tp, Options{Route: route, ChunkBytes: chunk})
 			if err != nil {

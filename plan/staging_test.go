@@ -27,14 +27,7 @@ func TestStagingCapDeliversExactBytes(t *testing.T) {
 	}
 	reused := 0
 	for i := range n {
-		src, dst := randomLayouts(rng)
-		tp := randomTopology(rng)
-		tensors := []ir.Tensor{{Name: "t", Src: src, Dst: dst}}
-		if rng.IntN(2) == 0 {
-			s2, d2 := randomLayouts(rng)
-			tensors = append(tensors, ir.Tensor{Name: "u", Src: s2, Dst: d2})
-		}
-		chunk := int64(1 + rng.IntN(64))
+		tensors, tp, chunk := randomBatch(rng, 2)
 		for _, route := range Routes {
 			s0, err := Build(tensors, tp, Options{Route: route, ChunkBytes: chunk})
 			if err != nil {
