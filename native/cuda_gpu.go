@@ -26,6 +26,7 @@ import (
 	"github.com/m2n-project/m2n/kernels"
 	"github.com/m2n-project/m2n/model/units"
 	"github.com/m2n-project/m2n/plan/ir"
+	"github.com/m2n-project/m2n/plan/program"
 )
 
 // CUDA constants.
@@ -626,7 +627,7 @@ func (g *cudaGPU) copyOn(dst, src uint64, n int64, blocks int, st handle) error 
 	if err != nil {
 		return err
 	}
-	if !strings.Contains(kernel, "long") || n < longRunBytes {
+	if !strings.Contains(kernel, "long") || n < program.LongRunBytes {
 		return g.copy(dst, src, n, st)
 	}
 	dev := g.owner[st]
@@ -1113,28 +1114,74 @@ func CopyBandwidth(dev int, n int64) (units.Bandwidth, error) {
 	if err != nil {
 		return 0, err
 	}
-	e0, _ := g.newEvent(dev, true)
-	e1, _ := g.newEvent(dev, true)
-	var times []units.Time
-	for i := range 6 {
-		g.record(e0, st)
-		if err := g.copy(a+uint64(n), a, n, st); err != nil {
-			return 0, err
+	tm, err := g.newTimer(st)
+	if err != nil {
+		return 0, err
+	}
+	times, err := tm.runs(5, func() error { return g.copy(a+uint64(n), a, n, st) })
+	if err != nil {
+		return 0, err
+	}
+	return units.Bandwidth(float64(2*n) / medianTime(times).Seconds()), nil
+}
+
+// timer times work on one stream in device time, between two events.
+type timer struct {
+	g          *cudaGPU
+	st, e0, e1 handle
+}
+
+// newTimer makes a timer of stream st.
+func (g *cudaGPU) newTimer(st handle) (*timer, error) {
+	e0, err := g.newEvent(g.owner[st], true)
+	if err != nil {
+		return nil, err
+	}
+	e1, err := g.newEvent(g.owner[st], true)
+	if err != nil {
+		return nil, err
+	}
+	return &timer{g, st, e0, e1}, nil
+}
+
+// runs issues f on the timer's stream reps+1 times, waiting for each, and
+// returns the device time of every run but the first (a warm-up).
+func (t *timer) runs(reps int, f func() error) ([]units.Time, error) {
+	times := make([]units.Time, 0, reps)
+	for i := range reps + 1 {
+		t.g.record(t.e0, t.st)
+		if err := f(); err != nil {
+			return nil, err
 		}
-		g.record(e1, st)
-		if err := g.sync(st); err != nil {
-			return 0, err
-		}
-		t, err := g.elapsed(e0, e1)
-		if err != nil {
-			return 0, err
+		t.g.record(t.e1, t.st)
+		if err := t.g.sync(t.st); err != nil {
+			return nil, err
 		}
 		if i > 0 {
-			times = append(times, t)
+			d, err := t.g.elapsed(t.e0, t.e1)
+			if err != nil {
+				return nil, err
+			}
+			times = append(times, d)
 		}
 	}
+	return times, nil
+}
+
+// medianTime returns the median of times, which it sorts.
+func medianTime(times []units.Time) units.Time {
 	slices.Sort(times)
-	return units.Bandwidth(float64(2*n) / times[len(times)/2].Seconds()), nil
+	return times[len(times)/2]
+}
+
+// trainerWeights returns n bf16 values as a trainer holds weights: a
+// normal distribution of sigma 0.02, drawn from rng.
+func trainerWeights(n int64, rng *rand.Rand) []byte {
+	b := make([]byte, 2*n)
+	for k := range n {
+		binary.LittleEndian.PutUint16(b[2*k:], uint16(math.Float32bits(float32(0.02*rng.NormFloat64()))>>16))
+	}
+	return b
 }
 
 // upload and download copy between host and device memory (tests).
@@ -1194,36 +1241,17 @@ func TimeBoxCopy(dev int, full, start, size []int64, elem int64, reps int) (pack
 	if err != nil {
 		return nil, nil, nil, "", err
 	}
-	e0, _ := g.newEvent(dev, true)
-	e1, _ := g.newEvent(dev, true)
-	timeIt := func(f func() error) ([]units.Time, error) {
-		var ts []units.Time
-		for i := range reps + 1 {
-			g.record(e0, st)
-			if err := f(); err != nil {
-				return nil, err
-			}
-			g.record(e1, st)
-			if err := g.sync(st); err != nil {
-				return nil, err
-			}
-			if i > 0 {
-				t, err := g.elapsed(e0, e1)
-				if err != nil {
-					return nil, err
-				}
-				ts = append(ts, t)
-			}
-		}
-		return ts, nil
-	}
-	if pack, err = timeIt(func() error { return g.boxCopy(&pa, pk, st) }); err != nil {
+	tm, err := g.newTimer(st)
+	if err != nil {
 		return nil, nil, nil, "", err
 	}
-	if unpack, err = timeIt(func() error { return g.boxCopy(&ua, uk, st) }); err != nil {
+	if pack, err = tm.runs(reps, func() error { return g.boxCopy(&pa, pk, st) }); err != nil {
 		return nil, nil, nil, "", err
 	}
-	if cp, err = timeIt(func() error { return g.copy(packed, strided, boxBytes, st) }); err != nil {
+	if unpack, err = tm.runs(reps, func() error { return g.boxCopy(&ua, uk, st) }); err != nil {
+		return nil, nil, nil, "", err
+	}
+	if cp, err = tm.runs(reps, func() error { return g.copy(packed, strided, boxBytes, st) }); err != nil {
 		return nil, nil, nil, "", err
 	}
 	return pack, unpack, cp, pk, nil
@@ -1261,12 +1289,7 @@ func TimeQuantize(dev int, full, start, size []int64, reps int) (times []units.T
 		return nil, 0, err
 	}
 	defer g.free(dev, out)
-	host := make([]byte, fullBytes)
-	rng := rand.New(rand.NewPCG(3, 4))
-	for k := 0; k+1 < len(host); k += 2 {
-		binary.LittleEndian.PutUint16(host[k:], uint16(math.Float32bits(float32(0.02*rng.NormFloat64()))>>16))
-	}
-	if err := g.upload(dev, src, host); err != nil {
+	if err := g.upload(dev, src, trainerWeights(fullBytes/2, rand.New(rand.NewPCG(3, 4)))); err != nil {
 		return nil, 0, err
 	}
 	sst := rowMajor(full)
@@ -1280,24 +1303,12 @@ func TimeQuantize(dev int, full, start, size []int64, reps int) (times []units.T
 	if err != nil {
 		return nil, 0, err
 	}
-	e0, _ := g.newEvent(dev, true)
-	e1, _ := g.newEvent(dev, true)
-	for i := range reps + 1 {
-		g.record(e0, st)
-		if err := g.quantize(&a, kernel, st); err != nil {
-			return nil, 0, err
-		}
-		g.record(e1, st)
-		if err := g.sync(st); err != nil {
-			return nil, 0, err
-		}
-		if i > 0 {
-			t, err := g.elapsed(e0, e1)
-			if err != nil {
-				return nil, 0, err
-			}
-			times = append(times, t)
-		}
+	tm, err := g.newTimer(st)
+	if err != nil {
+		return nil, 0, err
+	}
+	if times, err = tm.runs(reps, func() error { return g.quantize(&a, kernel, st) }); err != nil {
+		return nil, 0, err
 	}
 	return times, 2*n + n + 4*nsc, nil
 }

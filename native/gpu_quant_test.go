@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"unsafe"
@@ -333,27 +332,7 @@ func TestGPUFP8Bits(t *testing.T) {
 // bf16 in, fp8 and scales out. Run with -test.bench GPUQuantize.
 func BenchmarkGPUQuantize(b *testing.B) {
 	g, dev, st := firstGPU(b)
-	e0, _ := g.newEvent(dev, true)
-	e1, _ := g.newEvent(dev, true)
-	timeIt := func(f func() error) units.Time {
-		var ts []units.Time
-		for i := range 11 {
-			g.record(e0, st)
-			if err := f(); err != nil {
-				b.Fatal(err)
-			}
-			g.record(e1, st)
-			if err := g.sync(st); err != nil {
-				b.Fatal(err)
-			}
-			if i > 0 {
-				t, _ := g.elapsed(e0, e1)
-				ts = append(ts, t)
-			}
-		}
-		slices.Sort(ts)
-		return ts[len(ts)/2]
-	}
+	timeIt := medianOf10(b, g, st)
 	cases := []struct {
 		name        string
 		full, start []int64
@@ -392,12 +371,7 @@ func BenchmarkGPUQuantize(b *testing.B) {
 		}
 		// Weights as a trainer holds them: bf16 of a normal
 		// distribution (sigma 0.02).
-		host := make([]byte, full)
-		rng := rand.New(rand.NewPCG(3, uint64(len(c.name))))
-		for k := 0; k+1 < len(host); k += 2 {
-			binary.LittleEndian.PutUint16(host[k:], uint16(math.Float32bits(float32(0.02*rng.NormFloat64()))>>16))
-		}
-		if err := g.upload(dev, src, host); err != nil {
+		if err := g.upload(dev, src, trainerWeights(full/2, rand.New(rand.NewPCG(3, uint64(len(c.name)))))); err != nil {
 			b.Fatal(err)
 		}
 		qa, kernel := planQuantArrays(src+uint64(2*off), dst, sc, sst, rowMajor(c.size), rowMajor(sb), c.size, 128, 128, 1, 2)

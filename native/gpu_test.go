@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -213,6 +212,22 @@ func firstGPU(tb testing.TB) (*cudaGPU, int, handle) {
 	return g, dev, st
 }
 
+// medianOf10 returns a function that times f on stream st: the median
+// device time of ten runs after a warm-up.
+func medianOf10(b *testing.B, g *cudaGPU, st handle) func(f func() error) units.Time {
+	tm, err := g.newTimer(st)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return func(f func() error) units.Time {
+		times, err := tm.runs(10, f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return medianTime(times)
+	}
+}
+
 // Every box-copy kernel, on random geometries (odd row pitches, every
 // element size, runs from one element to many KiB), matches a host copy.
 func TestGPUBoxCopyKernels(t *testing.T) {
@@ -316,27 +331,7 @@ func BenchmarkGPUBoxCopy(b *testing.B) {
 	}
 	dev := devs[0].Index
 	st, _ := g.newStream(dev)
-	e0, _ := g.newEvent(dev, true)
-	e1, _ := g.newEvent(dev, true)
-	timeIt := func(f func() error) units.Time {
-		var ts []units.Time
-		for i := range 11 {
-			g.record(e0, st)
-			if err := f(); err != nil {
-				b.Fatal(err)
-			}
-			g.record(e1, st)
-			if err := g.sync(st); err != nil {
-				b.Fatal(err)
-			}
-			if i > 0 {
-				t, _ := g.elapsed(e0, e1)
-				ts = append(ts, t)
-			}
-		}
-		slices.Sort(ts)
-		return ts[len(ts)/2]
-	}
+	timeIt := medianOf10(b, g, st)
 	for _, c := range cases {
 		var fullBytes, boxBytes int64 = c.elem, c.elem
 		for k := range c.full {
