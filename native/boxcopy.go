@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/m2n-project/m2n/model/layout"
+	"github.com/m2n-project/m2n/plan/program"
 )
 
 // maxDims is the most tensor dims the kernels take (M2N_MAXD in copy.cu).
@@ -36,10 +37,6 @@ type patternArgs struct {
 	GStride [maxDims]int64
 }
 
-// longRunBytes is the run length from which a box copy splits each run
-// into segments across blocks; shorter runs are copied a warp per run.
-const longRunBytes = 4096
-
 // segBytes is the work of one block in a long-run copy.
 const segBytes = 64 << 10
 
@@ -61,72 +58,37 @@ func planBoxCopy(src, dst view, size []int64, elem int64) (boxArgs, string, erro
 	if len(src.full) != nd || len(dst.full) != nd || len(src.start) != nd || len(dst.start) != nd {
 		return a, "", fmt.Errorf("box copy: rank mismatch")
 	}
-	// Byte strides of each dim on each side.
-	ss, ds := make([]int64, nd), make([]int64, nd)
-	s, d := elem, elem
-	for k := nd - 1; k >= 0; k-- {
-		ss[k], ds[k] = s, d
-		s *= src.full[k]
-		d *= dst.full[k]
-	}
-	a.Src, a.Dst = src.addr, dst.addr
-	for k := range nd {
-		a.Src += uint64(src.start[k] * ss[k])
-		a.Dst += uint64(dst.start[k] * ds[k])
-	}
-	// The run: innermost dims, as long as both sides stay contiguous. A dim
-	// joins the run when every dim inside it is whole on both sides.
-	run := elem
-	k := nd - 1
-	for ; k >= 0; k-- {
-		run *= size[k]
-		if size[k] != src.full[k] || size[k] != dst.full[k] {
-			k--
-			break
-		}
-	}
-	// Outer dims k..0 iterate; drop those of size 1.
+	g := program.Geometry(src.full, src.start, dst.full, dst.start, size, elem)
+	a.Src, a.Dst = src.addr+uint64(g.SrcOff), dst.addr+uint64(g.DstOff)
+	// The outer dims iterate around the run; those of size 1 are dropped.
 	a.Runs = 1
-	for j := 0; j <= k; j++ {
+	for j := range g.Outer {
 		if size[j] == 1 {
 			continue
 		}
 		if a.NOuter == maxDims {
 			return a, "", fmt.Errorf("box copy: more than %d strided dims", maxDims)
 		}
-		a.Size[a.NOuter], a.SrcStride[a.NOuter], a.DstStride[a.NOuter] = size[j], ss[j], ds[j]
+		a.Size[a.NOuter], a.SrcStride[a.NOuter], a.DstStride[a.NOuter] = size[j], g.SrcStride[j], g.DstStride[j]
 		a.NOuter++
 		a.Runs *= size[j]
 	}
-	a.RunBytes = run
-	// The widest access that every run's start allows on both sides: the
-	// base addresses and the outer strides. A run's length need not be a
-	// multiple: its tail is copied byte by byte.
-	width := int64(16)
-	aligned := func(v int64) bool { return v%width == 0 }
-	for width > 1 {
-		ok := aligned(int64(a.Src%16)) && aligned(int64(a.Dst%16))
-		for j := range int(a.NOuter) {
-			ok = ok && aligned(a.SrcStride[j]) && aligned(a.DstStride[j])
-		}
-		if ok {
-			break
-		}
-		width /= 2
-	}
-	a.SegBytes, a.SegsPerRun = run, 1
-	if width < 16 && run >= 64 {
+	a.RunBytes = g.Run
+	// The widest access that every run's start allows on both sides; a
+	// run's length need not be a multiple: its tail is copied byte by byte.
+	width := g.Width(src.addr, dst.addr, size)
+	a.SegBytes, a.SegsPerRun = g.Run, 1
+	switch program.RunClass(g.Run, width) {
+	case program.Staged:
 		// Rows off 16-byte alignment: stage them, so both sides still move
 		// 16 bytes an access.
 		return a, "box_copy_stage", nil
-	}
-	kind := "short"
-	if run >= longRunBytes {
-		kind = "long"
+	case program.LongRuns:
 		a.SegBytes = segBytes
-		a.SegsPerRun = (run + segBytes - 1) / segBytes
+		a.SegsPerRun = (g.Run + segBytes - 1) / segBytes
+		return a, fmt.Sprintf("box_copy_long_%d", width), nil
 	}
-	return a, fmt.Sprintf("box_copy_%s_%d", kind, width), nil
+	return a, fmt.Sprintf("box_copy_short_%d", width), nil
 }
 
 // emulateBoxCopy runs a box copy's arguments on host memory the way the
