@@ -129,14 +129,14 @@ func planQuantArrays(src, dst, scale uint64, sst, dstS, scS, size []int64, br, b
 		v = 1
 	}
 	// The 128 x 128 kernels: 16-bit sources in vectors, whole-width blocks.
-	if v == 8 && br == 128 && bc == 128 && a.Cols%128 == 0 && a.Lead*a.NBR*a.NBC < 1<<31 && maxDim(size) < 1<<31 {
-		return a, map[int32]string{1: "quantize_e4m3_b128_bf16", 2: "quantize_e4m3_b128_fp16"}[sdt]
+	if v == 8 && br == 128 && bc == 128 && a.Cols%128 == 0 && a.Lead*a.NBR*a.NBC < 1<<31 && slices.Max(size) < 1<<31 {
+		if sdt == 1 {
+			return a, "quantize_e4m3_b128_bf16"
+		}
+		return a, "quantize_e4m3_b128_fp16"
 	}
 	return a, fmt.Sprintf("quantize_e4m3_%d", v)
 }
-
-// maxDim is the largest of sizes.
-func maxDim(sizes []int64) int64 { return slices.Max(sizes) }
 
 // quantGrid is the launch of a quantize kernel over nb quantization blocks
 // on a GPU of sms multiprocessors: threads a thread block, and thread
