@@ -90,16 +90,22 @@ func (w *Weight) Elems() int64 {
 	return n
 }
 
+// appender returns a function that appends a weight to *out, its HF
+// factor 1 when unset.
+func appender(out *[]Weight) func(Weight) {
+	return func(w Weight) {
+		if w.HF == 0 {
+			w.HF = 1
+		}
+		*out = append(*out, w)
+	}
+}
+
 // Weights lists the main model's weights as the frameworks store them, in
 // checkpoint order. Together they hold exactly the elements of Params.
 func (c *Config) Weights() []Weight {
 	var out []Weight
-	add := func(w Weight) {
-		if w.HF == 0 {
-			w.HF = 1
-		}
-		out = append(out, w)
-	}
+	add := appender(&out)
 	H := c.Hidden
 	add(Weight{Name: "model.embed_tokens.weight", Trainer: "embedding.word_embeddings.weight", Class: ClassEmbedding,
 		Shape: []int64{c.Vocab, H}, Layer: LayerEmbedding, Rule: Vocab})
@@ -126,12 +132,7 @@ func (c *Config) Weights() []Weight {
 // Together they hold exactly the elements of MTPParams.
 func (c *Config) MTPWeights() []Weight {
 	var out []Weight
-	add := func(w Weight) {
-		if w.HF == 0 {
-			w.HF = 1
-		}
-		out = append(out, w)
-	}
+	add := appender(&out)
 	H := c.Hidden
 	for k := range c.MTPLayers {
 		l := c.Layers + k
