@@ -143,6 +143,24 @@ func randomBatch(rng *rand.Rand, batch int) ([]ir.Tensor, *topo.Topology, int64)
 	return tensors, tp, int64(1 + rng.IntN(64))
 }
 
+// runOnHost checks that schedule s is rank-local and runs it on the host
+// executor with seed, failing the test, named by desc, unless every
+// destination byte is right; it returns the run.
+func runOnHost(t *testing.T, s *ir.Schedule, seed uint64, desc string) *hostexec.Result {
+	t.Helper()
+	if err := s.CheckRankLocal(); err != nil {
+		t.Fatalf("%s: %v", desc, err)
+	}
+	res, err := hostexec.Run(s, hostexec.Options{Seed: seed})
+	if err != nil {
+		t.Fatalf("%s: %v", desc, err)
+	}
+	if res.Wrong != 0 {
+		t.Fatalf("%s: %d wrong bytes; first: %s", desc, res.Wrong, res.FirstWrong)
+	}
+	return res
+}
+
 // sentBy sums the bytes of sends by class, from ranks in from to ranks in to.
 func sentBytes(s *ir.Schedule, from, to func(int) bool) int64 {
 	var n int64
@@ -169,16 +187,7 @@ func TestRoutesDeliverExactBytes(t *testing.T) {
 			if err != nil {
 				t.Fatalf("case %d %s: %v\nsrc %v\ndst %v", i, route, err, src, dst)
 			}
-			if err := s.CheckRankLocal(); err != nil {
-				t.Fatalf("case %d %s: %v", i, route, err)
-			}
-			res, err := hostexec.Run(s, hostexec.Options{Seed: uint64(i)})
-			if err != nil {
-				t.Fatalf("case %d %s: %v", i, route, err)
-			}
-			if res.Wrong != 0 {
-				t.Fatalf("case %d %s: %d wrong bytes; first: %s\nsrc %v\ndst %v", i, route, res.Wrong, res.FirstWrong, src, dst)
-			}
+			runOnHost(t, s, uint64(i), fmt.Sprintf("case %d %s, src %v, dst %v", i, route, src, dst))
 		}
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/model/workload"
-	"github.com/m2n-project/m2n/plan/hostexec"
 	"github.com/m2n-project/m2n/plan/ir"
 )
 
@@ -153,13 +152,7 @@ func TestWorkloadRoutesExact(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s %s: %v", desc, route, err)
 			}
-			res, err := hostexec.Run(s, hostexec.Options{Seed: uint64(i)})
-			if err != nil {
-				t.Fatalf("%s %s: %v", desc, route, err)
-			}
-			if res.Wrong != 0 {
-				t.Fatalf("%s %s: %d wrong bytes; first: %s", desc, route, res.Wrong, res.FirstWrong)
-			}
+			runOnHost(t, s, uint64(i), desc+" "+route)
 			if i%3 == 0 { // and under a staging cap, reused across tensors
 				checkCapped(t, desc+" "+route, rand.New(rand.NewPCG(uint64(i), 9)), tensors, tp, Options{Route: route, ChunkBytes: chunk}, s)
 			}

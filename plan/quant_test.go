@@ -3,12 +3,12 @@ package plan
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
 
 	"github.com/m2n-project/m2n/model/layout"
-	"github.com/m2n-project/m2n/plan/hostexec"
 	"github.com/m2n-project/m2n/plan/ir"
 )
 
@@ -80,16 +80,7 @@ func TestQuantRoutesExact(t *testing.T) {
 			if err != nil {
 				t.Fatalf("case %d %s: %v\nsrc %v\ndst %v %v", i, route, err, w.Src, w.Dst, w.Quant)
 			}
-			if err := s.CheckRankLocal(); err != nil {
-				t.Fatalf("case %d %s: %v", i, route, err)
-			}
-			res, err := hostexec.Run(s, hostexec.Options{Seed: uint64(i)})
-			if err != nil {
-				t.Fatalf("case %d %s: %v", i, route, err)
-			}
-			if res.Wrong != 0 {
-				t.Fatalf("case %d %s: %d wrong bytes; first: %s\nsrc %v\ndst %v %v", i, route, res.Wrong, res.FirstWrong, w.Src, w.Dst, w.Quant)
-			}
+			runOnHost(t, s, uint64(i), fmt.Sprintf("case %d %s, src %v, dst %v %v", i, route, w.Src, w.Dst, w.Quant))
 			// Every fp8 byte and scale of the destination was checked.
 			var want int64
 			for _, x := range s.Tensors {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/model/topo"
-	"github.com/m2n-project/m2n/plan/hostexec"
 	"github.com/m2n-project/m2n/plan/ir"
 )
 
@@ -66,16 +65,7 @@ func checkCapped(t *testing.T, desc string, rng *rand.Rand, tensors []ir.Tensor,
 	if err != nil {
 		t.Fatalf("%s: %v", desc, err)
 	}
-	if err := s.CheckRankLocal(); err != nil {
-		t.Fatalf("%s: %v", desc, err)
-	}
-	res, err := hostexec.Run(s, hostexec.Options{Seed: rng.Uint64()})
-	if err != nil {
-		t.Fatalf("%s: %v", desc, err)
-	}
-	if res.Wrong != 0 {
-		t.Fatalf("%s: %d wrong bytes; first: %s", desc, res.Wrong, res.FirstWrong)
-	}
+	res := runOnHost(t, s, rng.Uint64(), desc)
 	if res.PeakStaging > opt.StagingCapBytes || s.Stats().MaxStaging > opt.StagingCapBytes {
 		t.Fatalf("%s: the host executor held %d of staging on one rank, stats say %d", desc, res.PeakStaging, s.Stats().MaxStaging)
 	}
