@@ -270,7 +270,7 @@ func HostCounts(b *Bench, launch topo.Launch) (Counts, error) {
 		case program.Local:
 			c := at(p.Streams[st.Stream].Dev)
 			c.Launches++
-			c.Events += len(st.Waits) + rec(st.Record, nil)
+			c.Events += len(st.Waits) + rec(st.Record, st.More)
 		case program.Xfer:
 			if mode == program.Streams {
 				c := at(p.Streams[st.Stream].Dev)

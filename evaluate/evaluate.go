@@ -69,9 +69,22 @@ type Run struct {
 	PeakDeviceBytes int64      // device memory for the schedule's buffers on the busiest GPU of the process
 	StagingBytes    int64      // the staging part of PeakDeviceBytes
 	Iterations      int        // timed iterations asked for
+	// StreamEnds is, for a profiled run (m2n run --profile), when each
+	// stream of the process finished its part of an iteration (median);
+	// ProfileErr says why a profile could not be taken.
+	StreamEnds []StreamEnd
+	ProfileErr string
 	// Err says why the schedule did not run (Times empty), or why a run
 	// could not be modeled (the Record's model fields are then unset).
 	Err error
+}
+
+// StreamEnd is when one GPU stream finished its part of an iteration,
+// from the iteration's start on its device.
+type StreamEnd struct {
+	Device int
+	Stream string // its lane or NCCL communicator, and the work it ran
+	End    units.Time
 }
 
 // Ran reports whether the schedule ran and was timed.

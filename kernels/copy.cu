@@ -43,32 +43,74 @@ __device__ __forceinline__ void copy_tail(const unsigned char* s, unsigned char*
     for (i64 i = lo + k; i < hi; i += step) t[i] = s[i];
 }
 
+// copy_segment copies one segment (unit u = run x segs_per_run + segment)
+// of a long-run box copy with the whole thread block.
+template <typename V>
+__device__ __forceinline__ void copy_segment(const BoxArgs& a, i64 u) {
+    i64 run = u / a.segs_per_run;
+    i64 seg = u - run * a.segs_per_run;
+    i64 so, dof;
+    run_offsets(a, run, &so, &dof);
+    i64 lo = seg * a.seg_bytes;
+    i64 hi = lo + a.seg_bytes;
+    if (hi > a.run_bytes) hi = a.run_bytes;
+    const V* s = (const V*)(a.src + so + lo);
+    V* t = (V*)(a.dst + dof + lo);
+    i64 n = (hi - lo) / (i64)sizeof(V);
+    i64 k = threadIdx.x;
+    // Four independent loads in flight per thread.
+    for (; k + 3 * (i64)blockDim.x < n; k += 4 * (i64)blockDim.x) {
+        V x0 = s[k], x1 = s[k + blockDim.x], x2 = s[k + 2 * blockDim.x], x3 = s[k + 3 * blockDim.x];
+        t[k] = x0;
+        t[k + blockDim.x] = x1;
+        t[k + 2 * blockDim.x] = x2;
+        t[k + 3 * blockDim.x] = x3;
+    }
+    for (; k < n; k += blockDim.x) t[k] = s[k];
+    copy_tail((const unsigned char*)(a.src + so), (unsigned char*)(a.dst + dof), lo + n * (i64)sizeof(V), hi, threadIdx.x, blockDim.x);
+}
+
 // Long runs: each block copies one segment of one run at a time.
 template <typename V>
 __device__ void box_copy_long(const BoxArgs& a) {
     i64 units = a.runs * a.segs_per_run;
-    for (i64 u = blockIdx.x; u < units; u += gridDim.x) {
-        i64 run = u / a.segs_per_run;
-        i64 seg = u - run * a.segs_per_run;
-        i64 so, dof;
-        run_offsets(a, run, &so, &dof);
-        i64 lo = seg * a.seg_bytes;
-        i64 hi = lo + a.seg_bytes;
-        if (hi > a.run_bytes) hi = a.run_bytes;
-        const V* s = (const V*)(a.src + so + lo);
-        V* t = (V*)(a.dst + dof + lo);
-        i64 n = (hi - lo) / (i64)sizeof(V);
-        i64 k = threadIdx.x;
-        // Four independent loads in flight per thread.
-        for (; k + 3 * (i64)blockDim.x < n; k += 4 * (i64)blockDim.x) {
-            V x0 = s[k], x1 = s[k + blockDim.x], x2 = s[k + 2 * blockDim.x], x3 = s[k + 3 * blockDim.x];
-            t[k] = x0;
-            t[k + blockDim.x] = x1;
-            t[k + 2 * blockDim.x] = x2;
-            t[k + 3 * blockDim.x] = x3;
+    for (i64 u = blockIdx.x; u < units; u += gridDim.x) copy_segment<V>(a, u);
+}
+
+// copy_runs copies the whole runs [r0, r1) of a short-run box copy with the
+// whole thread block, four vectors a thread in flight, then the bytes past
+// each run's last whole vector.
+template <typename V>
+__device__ __forceinline__ void copy_runs(const BoxArgs& a, i64 r0, i64 r1) {
+    i64 n = a.run_bytes / (i64)sizeof(V);
+    i64 total = (r1 - r0) * n;
+    i64 step = blockDim.x;
+    for (i64 base = threadIdx.x; base < total; base += 4 * step) {
+        V x[4];
+        V* dst[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            i64 i = base + u * step;
+            dst[u] = 0;
+            if (i < total) {
+                i64 run = i / n, k = i - run * n;
+                i64 so, dof;
+                run_offsets(a, r0 + run, &so, &dof);
+                x[u] = ((const V*)(a.src + so))[k];
+                dst[u] = (V*)(a.dst + dof) + k;
+            }
         }
-        for (; k < n; k += blockDim.x) t[k] = s[k];
-        copy_tail((const unsigned char*)(a.src + so), (unsigned char*)(a.dst + dof), lo + n * (i64)sizeof(V), hi, threadIdx.x, blockDim.x);
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+            if (dst[u]) *dst[u] = x[u];
+    }
+    i64 tail = a.run_bytes - n * (i64)sizeof(V);
+    if (tail == 0) return;
+    for (i64 i = threadIdx.x; i < (r1 - r0) * tail; i += step) {
+        i64 run = i / tail, b = n * (i64)sizeof(V) + (i - run * tail);
+        i64 so, dof;
+        run_offsets(a, r0 + run, &so, &dof);
+        ((unsigned char*)(a.dst + dof))[b] = ((const unsigned char*)(a.src + so))[b];
     }
 }
 
@@ -155,6 +197,64 @@ extern "C" __global__ void box_copy_stage(BoxArgs a) {
         }
         for (i64 b = head + (body << 4) + lane; b < len; b += 32) ((unsigned char*)d0)[b] = sm[off + b];
         __syncwarp();
+    }
+}
+
+// BatchDesc is one box copy of a batch (package native's batchDesc): its
+// BoxArgs, the access width, and how its work is cut in units of about
+// 64 KiB: a segment of a long run (runs_per_unit 0), or runs_per_unit
+// whole short runs.
+struct BatchDesc {
+    BoxArgs box;
+    i64 runs_per_unit;
+    int width;
+    int pad;
+};
+
+// BatchArgs: n descriptors, and prefix[k] the first unit of descriptor k
+// (prefix[n] = units, the batch's total).
+struct BatchArgs {
+    u64 desc;
+    u64 prefix;
+    i64 n;
+    i64 units;
+};
+
+template <typename V>
+__device__ __forceinline__ void batch_unit(const BatchDesc& d, i64 w) {
+    if (d.runs_per_unit == 0) {
+        copy_segment<V>(d.box, w);
+        return;
+    }
+    i64 r0 = w * d.runs_per_unit;
+    i64 r1 = r0 + d.runs_per_unit;
+    if (r1 > d.box.runs) r1 = d.box.runs;
+    copy_runs<V>(d.box, r0, r1);
+}
+
+// box_copy_batch runs many box copies in one launch (the executor's batch
+// steps: the packs, unpacks and local copies of one stream that touch
+// disjoint bytes). Blocks stride over the units of all descriptors; each
+// finds its descriptor by binary search over the prefix array.
+extern "C" __global__ void box_copy_batch(BatchArgs b) {
+    const BatchDesc* D = (const BatchDesc*)b.desc;
+    const i64* P = (const i64*)b.prefix;
+    for (i64 u = blockIdx.x; u < b.units; u += gridDim.x) {
+        int lo = 0, hi = (int)b.n - 1;
+        while (lo < hi) {
+            int mid = (lo + hi + 1) >> 1;
+            if (P[mid] <= u) lo = mid;
+            else hi = mid - 1;
+        }
+        const BatchDesc& d = D[lo];
+        i64 w = u - P[lo];
+        switch (d.width) {
+        case 16: batch_unit<v16>(d, w); break;
+        case 8: batch_unit<u64>(d, w); break;
+        case 4: batch_unit<unsigned int>(d, w); break;
+        case 2: batch_unit<unsigned short>(d, w); break;
+        default: batch_unit<unsigned char>(d, w); break;
+        }
     }
 }
 

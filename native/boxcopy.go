@@ -1,7 +1,11 @@
 package native
 
 import (
+	"bytes"
+	"encoding/binary"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/plan/program"
@@ -95,14 +99,7 @@ func planBoxCopy(src, dst view, size []int64, elem int64) (boxArgs, string, erro
 // kernel does, for tests: mem maps device addresses to bytes.
 func emulateBoxCopy(mem []byte, a boxArgs) {
 	for r := int64(0); r < a.Runs; r++ {
-		rem := r
-		var so, do int64
-		for k := int(a.NOuter) - 1; k >= 0; k-- {
-			i := rem % a.Size[k]
-			rem /= a.Size[k]
-			so += i * a.SrcStride[k]
-			do += i * a.DstStride[k]
-		}
+		so, do := runOffsets(a, r)
 		for seg := range a.SegsPerRun {
 			lo := seg * a.SegBytes
 			hi := min(lo+a.SegBytes, a.RunBytes)
@@ -142,4 +139,124 @@ func planPattern(addr uint64, tensor int, shape []int64, start, size []int64, dt
 		a.Elems *= size[k]
 	}
 	return a, nil
+}
+
+// batchDesc mirrors struct BatchDesc in kernels/copy.cu: one box copy of a
+// batch step, its access width, and its work in units of about 64 KiB.
+type batchDesc struct {
+	Box         boxArgs
+	RunsPerUnit int64 // 0: a unit is one segment of a long run; else this many whole short runs
+	Width       int32
+	_           int32
+}
+
+// batchArgs mirrors struct BatchArgs in kernels/copy.cu.
+type batchArgs struct {
+	Desc, Prefix uint64 // device addresses of the descriptors and the units' prefix sums
+	N, Units     int64
+}
+
+// unitBytes is the work of one unit of a batch: a long run's segment, or
+// whole short runs adding up to about as much.
+const unitBytes = segBytes
+
+// batchable turns a box copy's arguments and kernel into a batch
+// descriptor; false for the staging kernel (misaligned rows), which runs
+// on its own.
+func batchable(a boxArgs, kernel string) (batchDesc, bool) {
+	var w int32
+	switch {
+	case strings.HasSuffix(kernel, "_16"):
+		w = 16
+	case strings.HasSuffix(kernel, "_8"):
+		w = 8
+	case strings.HasSuffix(kernel, "_4"):
+		w = 4
+	case strings.HasSuffix(kernel, "_2"):
+		w = 2
+	case strings.HasSuffix(kernel, "_1"):
+		w = 1
+	default:
+		return batchDesc{}, false
+	}
+	d := batchDesc{Box: a, Width: w}
+	if !strings.Contains(kernel, "long") {
+		d.Box.SegBytes, d.Box.SegsPerRun = a.RunBytes, 1
+		d.RunsPerUnit = max(1, unitBytes/max(a.RunBytes, 1))
+	}
+	return d, true
+}
+
+// units is the number of units of work of a descriptor.
+func (d *batchDesc) units() int64 {
+	if d.RunsPerUnit == 0 {
+		return d.Box.Runs * d.Box.SegsPerRun
+	}
+	return (d.Box.Runs + d.RunsPerUnit - 1) / d.RunsPerUnit
+}
+
+// encodeBatch lays out descriptors and their units' prefix sums as the
+// kernel reads them from device memory: the descriptors, then n+1 int64s.
+// It returns the bytes and the offset of the prefix sums.
+func encodeBatch(ds []batchDesc) (b []byte, prefixAt int64, units int64) {
+	var buf bytes.Buffer
+	binary.Write(&buf, binary.LittleEndian, ds)
+	prefixAt = int64(buf.Len())
+	for i := range ds {
+		binary.Write(&buf, binary.LittleEndian, units)
+		units += ds[i].units()
+	}
+	binary.Write(&buf, binary.LittleEndian, units)
+	return buf.Bytes(), prefixAt, units
+}
+
+// emulateBatch runs a batch's descriptors on host memory the way
+// box_copy_batch does, unit by unit (for tests): mem maps device
+// addresses to bytes. With order non-nil, the units run in the order it
+// gives (a permutation of the units), as the kernel's blocks may.
+func emulateBatch(mem []byte, ds []batchDesc, order func(units int64) []int64) {
+	var prefix []int64
+	var units int64
+	for i := range ds {
+		prefix = append(prefix, units)
+		units += ds[i].units()
+	}
+	seq := make([]int64, units)
+	for u := range seq {
+		seq[u] = int64(u)
+	}
+	if order != nil {
+		seq = order(units)
+	}
+	for _, u := range seq {
+		k, _ := slices.BinarySearch(prefix, u+1)
+		d := &ds[k-1]
+		w := u - prefix[k-1]
+		a := d.Box
+		if d.RunsPerUnit == 0 {
+			run, seg := w/a.SegsPerRun, w%a.SegsPerRun
+			so, do := runOffsets(a, run)
+			lo := seg * a.SegBytes
+			hi := min(lo+a.SegBytes, a.RunBytes)
+			copy(mem[int64(a.Dst)+do+lo:int64(a.Dst)+do+hi], mem[int64(a.Src)+so+lo:int64(a.Src)+so+hi])
+			continue
+		}
+		for run := w * d.RunsPerUnit; run < min((w+1)*d.RunsPerUnit, a.Runs); run++ {
+			so, do := runOffsets(a, run)
+			copy(mem[int64(a.Dst)+do:int64(a.Dst)+do+a.RunBytes], mem[int64(a.Src)+so:int64(a.Src)+so+a.RunBytes])
+		}
+	}
+}
+
+// runOffsets is run_offsets in copy.cu: the byte offsets of a run's start
+// from the box's first byte on each side.
+func runOffsets(a boxArgs, run int64) (so, do int64) {
+	rem := run
+	for k := int(a.NOuter) - 1; k >= 0; k-- {
+		i := rem % a.Size[k]
+		rem /= a.Size[k]
+		so += i * a.SrcStride[k]
+		do += i * a.DstStride[k]
+	}
+	return so, do
 }

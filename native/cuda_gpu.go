@@ -16,7 +16,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -657,6 +656,25 @@ func (g *cudaGPU) boxCopy(a *boxArgs, kernel string, st handle) error {
 	return g.launch(dev, kernel, int(max(grid, 1)), shortBlock, st, unsafe.Pointer(&args), unsafe.Sizeof(args), 0, 1)
 }
 
+// batchBlocksShared is how many thread blocks a batch of box copies runs
+// on per multiprocessor while NCCL kernels share the GPU (waves mode);
+// M2N_BATCH_BLOCKS overrides the total, to measure.
+var batchBlocksShared = 2
+
+func (g *cudaGPU) batchCopy(a *batchArgs, shared bool, st handle) error {
+	dev := g.owner[st]
+	blocks := int64(copyBlocksPer * g.sms[dev])
+	if shared {
+		blocks = int64(batchBlocksShared * g.sms[dev])
+		if v := envInt("M2N_BATCH_BLOCKS", 0); v > 0 {
+			blocks = int64(v)
+		}
+	}
+	grid := min(a.Units, blocks)
+	args := *a
+	return g.launch(dev, "box_copy_batch", int(max(grid, 1)), copyBlock, st, unsafe.Pointer(&args), unsafe.Sizeof(args), 0, 1)
+}
+
 func (g *cudaGPU) fill(a *patternArgs, st handle) error {
 	dev := g.owner[st]
 	args := *a
@@ -854,6 +872,9 @@ func New(s *ir.Schedule, opt Options) (*Executor, error) {
 	}
 	if v, err := strconv.Atoi(os.Getenv("M2N_LOCAL_COPY_BLOCKS")); err == nil && opt.LocalCopyBlocks == 0 {
 		opt.LocalCopyBlocks = v // to measure: -1 is a whole-GPU device copy
+	}
+	if os.Getenv("M2N_NO_BATCH") == "1" {
+		opt.NoBatch = true // to measure what batch steps buy
 	}
 	if err := s.Validate(); err != nil {
 		return nil, fmt.Errorf("schedule: %w", err)
@@ -1166,12 +1187,6 @@ func (t *timer) runs(reps int, f func() error) ([]units.Time, error) {
 		}
 	}
 	return times, nil
-}
-
-// medianTime returns the median of times, which it sorts.
-func medianTime(times []units.Time) units.Time {
-	slices.Sort(times)
-	return times[len(times)/2]
 }
 
 // trainerWeights returns n bf16 values as a trainer holds weights: a

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/m2n-project/m2n/model/units"
 	"github.com/m2n-project/m2n/plan/ir"
@@ -52,6 +54,21 @@ type Options struct {
 	// best of 16, 64 and a whole-GPU copy on paper-2gpu, docs/native.md), a
 	// negative value a whole-GPU device copy.
 	LocalCopyBlocks int
+	// NoBatch launches every local op on its own instead of in batch
+	// steps (M2N_NO_BATCH=1 sets it, to measure what batching buys).
+	NoBatch bool
+	// Profile records, in every timed iteration, when each stream of this
+	// process finished its work (Result.StreamEnds): where the time goes.
+	Profile bool
+}
+
+// StreamEnd is when one stream finished its part of an iteration: the
+// median over the timed iterations, from the iteration's start on its
+// device.
+type StreamEnd struct {
+	Device int
+	Stream string // its lane or NCCL communicator, and the kinds of work it ran
+	End    units.Time
 }
 
 // Result is what a run measured and checked.
@@ -78,6 +95,10 @@ type Result struct {
 	// staging part of it on the same GPU.
 	PeakDeviceBytes int64
 	StagingBytes    int64
+	// StreamEnds is, with Options.Profile, when each stream finished
+	// (ProfileErr says why not, where the device could not time it).
+	StreamEnds []StreamEnd
+	ProfileErr string
 }
 
 // handle is a CUDA object (stream, event, graph, communicator) as the
@@ -103,6 +124,12 @@ type gpu interface {
 	// copyOn copies n contiguous bytes with m2n's copy kernel on at most
 	// blocks blocks, leaving the other SMs to a concurrent NCCL kernel.
 	copyOn(dst, src uint64, n int64, blocks int, st handle) error
+	// batchCopy runs box_copy_batch: many box copies from descriptors in
+	// device memory; shared: leave most multiprocessors to a concurrent
+	// NCCL kernel (waves mode).
+	batchCopy(a *batchArgs, shared bool, st handle) error
+	// upload copies host bytes to device memory (before any iteration).
+	upload(dev int, dst uint64, b []byte) error
 	fill(a *patternArgs, st handle) error
 	verify(a *patternArgs, st handle) (bad, first int64, err error)
 	// quantize runs a quantize op's kernel; verifyQuant checks an output
@@ -150,7 +177,8 @@ type Executor struct {
 	origin  map[int]handle // device -> the stream that starts and ends iterations
 	joinEv  []handle       // per stream: recorded at its end of an iteration
 	startEv map[int]handle
-	t0, t1  handle // timing events on the first device's origin stream
+	devT0   map[int]handle // Profile: per device, a timing event at its start of an iteration
+	t0, t1  handle         // timing events on the first device's origin stream
 	graph   handle
 	// Waves mode: events of a group's transfers, recorded after the group
 	// ends (NCCL enqueues a group's work at ncclGroupEnd).
@@ -161,6 +189,13 @@ type Executor struct {
 	// ipc: the copy transport with one process per GPU; each transfer is a
 	// copy by its receiver from the sender's arena, mapped over CUDA IPC.
 	ipc bool
+	// Launches planned in New: lps[lpOf[op]] for each local op of this
+	// process (-1 elsewhere), a batchPlan per batch step, and each
+	// device's allocation of batch descriptors.
+	lpOf    []int32
+	lps     []localPlan
+	batches map[int]*batchPlan
+	descMem map[int]uint64
 }
 
 // newExecutor prepares a schedule on a device layer: maps ranks to devices,
@@ -176,7 +211,7 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 		opt.LocalCopyBlocks = 16
 	}
 	x := &Executor{s: s, g: g, opt: opt, devOf: devOf, peerOf: peerOf, comms: comms,
-		arena: map[int]uint64{}, origin: map[int]handle{}, startEv: map[int]handle{}}
+		arena: map[int]uint64{}, origin: map[int]handle{}, startEv: map[int]handle{}, descMem: map[int]uint64{}}
 	if opt.Transport == "" && opt.Backend == NCCL {
 		x.opt.Transport = TransportNCCL
 	}
@@ -264,12 +299,16 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 	for _, cs := range comms {
 		nComms = max(nComms, len(cs))
 	}
-	prog, err := program.Compile(s, program.Options{Dev: dev, Lanes: opt.Lanes, Mode: x.mode, WaveBytes: opt.WaveBytes, Comms: nComms})
+	prog, err := program.Compile(s, program.Options{Dev: dev, Lanes: opt.Lanes, Mode: x.mode, WaveBytes: opt.WaveBytes, Comms: nComms, NoBatch: opt.NoBatch})
 	if err != nil {
 		x.Close()
 		return nil, err
 	}
 	x.prog = prog
+	if err := x.planLocals(); err != nil {
+		x.Close()
+		return nil, err
+	}
 	for _, k := range prog.Streams {
 		var st handle
 		if k.Dev >= 0 {
@@ -319,10 +358,19 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 			return nil, err
 		}
 	}
+	if opt.Profile {
+		x.devT0 = map[int]handle{}
+		for _, d := range x.devices {
+			if x.devT0[d], err = g.newEvent(d, true); err != nil {
+				x.Close()
+				return nil, err
+			}
+		}
+	}
 	for i := range x.streams {
 		var ev handle
 		if d := prog.Streams[i].Dev; d >= 0 {
-			if ev, err = g.newEvent(d, false); err != nil {
+			if ev, err = g.newEvent(d, opt.Profile); err != nil {
 				x.Close()
 				return nil, err
 			}
@@ -382,8 +430,11 @@ func (x *Executor) Close() error {
 		if base, ok := x.arena[d]; ok {
 			x.g.free(d, base)
 		}
+		if base, ok := x.descMem[d]; ok {
+			x.g.free(d, base)
+		}
 	}
-	x.arena = map[int]uint64{}
+	x.arena, x.descMem = map[int]uint64{}, map[int]uint64{}
 	return x.g.close()
 }
 
@@ -442,6 +493,7 @@ func (x *Executor) Run() (_ *Result, err error) {
 		}
 	}
 	var issue []units.Time
+	ends := make([][]units.Time, len(x.streams))
 	for range x.opt.Iters {
 		if err := x.timed(); err != nil {
 			return nil, err
@@ -452,9 +504,25 @@ func (x *Executor) Run() (_ *Result, err error) {
 		}
 		res.Times = append(res.Times, t)
 		issue = append(issue, x.issueTime)
+		if x.opt.Profile && res.ProfileErr == "" {
+			for i, st := range x.streams {
+				if st == 0 {
+					continue
+				}
+				e, err := x.g.elapsed(x.devT0[x.prog.Streams[i].Dev], x.joinEv[i])
+				if err != nil {
+					res.ProfileErr = err.Error()
+					break
+				}
+				ends[i] = append(ends[i], e)
+			}
+		}
 	}
 	slices.Sort(issue)
 	res.HostIssue = issue[len(issue)/2]
+	if x.opt.Profile && res.ProfileErr == "" {
+		res.StreamEnds = x.streamEnds(ends)
+	}
 	// Outputs are rewritten with the same bytes each iteration: check again,
 	// keeping the first failure's report.
 	var again Result
@@ -468,6 +536,47 @@ func (x *Executor) Run() (_ *Result, err error) {
 		return nil, err
 	}
 	return res, nil
+}
+
+// streamEnds names each stream of this process by what runs on it, with
+// the median of its end times.
+func (x *Executor) streamEnds(ends [][]units.Time) []StreamEnd {
+	kinds := make([][]string, len(x.streams))
+	add := func(i int, k string) {
+		if !slices.Contains(kinds[i], k) {
+			kinds[i] = append(kinds[i], k)
+		}
+	}
+	for _, st := range x.prog.Steps {
+		switch st.Kind {
+		case program.Local:
+			k := x.s.Ops[st.Op].Kind.String()
+			if st.Batch != nil {
+				k = "batches"
+			}
+			add(st.Stream, k)
+		case program.Xfer:
+			add(st.Stream, "sends")
+			add(st.RStream, "recvs")
+		}
+	}
+	var out []StreamEnd
+	for i, st := range x.streams {
+		if st == 0 || len(ends[i]) == 0 {
+			continue
+		}
+		k := x.prog.Streams[i]
+		name := fmt.Sprintf("lane %d", k.Lane)
+		if k.Lane < 0 {
+			name = fmt.Sprintf("nccl %d", -1-k.Lane)
+		}
+		slices.Sort(kinds[i])
+		if len(kinds[i]) > 0 {
+			name += " (" + strings.Join(kinds[i], ", ") + ")"
+		}
+		out = append(out, StreamEnd{Device: k.Dev, Stream: name, End: medianTime(ends[i])})
+	}
+	return out
 }
 
 // barrier waits for every process of an IPC run; a no-op otherwise.
@@ -591,6 +700,11 @@ func (x *Executor) iteration() error {
 		if err := g.wait(x.origin[d], x.startEv[x.devices[0]]); err != nil {
 			return err
 		}
+		if x.devT0 != nil {
+			if err := g.record(x.devT0[d], x.origin[d]); err != nil {
+				return err
+			}
+		}
 	}
 	for _, st := range x.streams {
 		if st != 0 {
@@ -600,7 +714,7 @@ func (x *Executor) iteration() error {
 		}
 	}
 	for k := range x.prog.Steps {
-		if err := x.issue(&x.prog.Steps[k]); err != nil {
+		if err := x.issue(k); err != nil {
 			return err
 		}
 	}
@@ -647,7 +761,8 @@ func (x *Executor) local(r int32) bool {
 	return ok
 }
 
-func (x *Executor) issue(st *program.Step) error {
+func (x *Executor) issue(k int) error {
+	st := &x.prog.Steps[k]
 	g := x.g
 	switch st.Kind {
 	case program.GroupStart:
@@ -688,11 +803,22 @@ func (x *Executor) issue(st *program.Step) error {
 		if err := waitOn(st.Stream, st.Waits); err != nil {
 			return err
 		}
-		if err := x.local1(st.Op, stream); err != nil {
+		if st.Batch != nil {
+			if err := x.batch(k, stream); err != nil {
+				return err
+			}
+		} else if err := x.local1(st.Op, stream); err != nil {
 			return err
 		}
 		if st.Record >= 0 {
-			return g.record(x.events[st.Record], stream)
+			if err := g.record(x.events[st.Record], stream); err != nil {
+				return err
+			}
+		}
+		for _, e := range st.More {
+			if err := g.record(x.events[e], stream); err != nil {
+				return err
+			}
 		}
 		return nil
 	case x.mode == program.Streams:
@@ -778,27 +904,160 @@ func ipcEligible(s *ir.Schedule) error {
 // addr is the device address of a byte range (or a box's buffer base).
 func (x *Executor) addr(r ir.Region) uint64 { return x.bufAddr[r.Buf] + uint64(r.Offset) }
 
-// local1 issues a copy, pack, unpack or quantize.
-func (x *Executor) local1(i int32, st handle) error {
-	op := &x.s.Ops[i]
-	if op.Kind == ir.Quantize {
-		a, kernel, err := x.planQuant(i)
+// localKind is how a local op is launched.
+type localKind uint8
+
+const (
+	lpCopy   localKind = iota // a device copy (cuMemcpyDtoDAsync)
+	lpCopyOn                  // the contiguous copy kernel on a few blocks (waves mode)
+	lpBox                     // a box-copy kernel
+	lpQuant                   // a quantize kernel
+)
+
+// localPlan is the launch of one local op, computed once in New so that
+// issuing an iteration does no planning.
+type localPlan struct {
+	kind     localKind
+	dst, src uint64
+	n        int64
+	kernel   string
+	box      boxArgs
+	quant    quantArgs
+}
+
+// batchPlan is the launch of a batch step: one box_copy_batch over the
+// descriptors of its members, and the members that run on their own (the
+// staging kernel's misaligned rows) in order after it.
+type batchPlan struct {
+	args batchArgs
+	ds   []batchDesc // until uploaded
+	rest []int32
+}
+
+// planLocals computes the launch of every local op of this process and of
+// every batch step, and uploads the batches' descriptors, one allocation
+// per device.
+func (x *Executor) planLocals() error {
+	x.lpOf = make([]int32, len(x.s.Ops))
+	for i := range x.lpOf {
+		x.lpOf[i] = -1
+	}
+	for i := range int32(len(x.s.Ops)) {
+		op := &x.s.Ops[i]
+		if op.Kind == ir.Send || op.Kind == ir.Recv || !x.local(op.Rank) {
+			continue
+		}
+		lp, err := x.planLocal(i)
 		if err != nil {
 			return err
 		}
-		return x.g.quantize(&a, kernel, st)
+		x.lpOf[i] = int32(len(x.lps))
+		x.lps = append(x.lps, lp)
+	}
+	x.batches = map[int]*batchPlan{}
+	descBytes := map[int]int64{}
+	for k := range x.prog.Steps {
+		st := &x.prog.Steps[k]
+		if st.Batch == nil || !x.local(x.s.Ops[st.Op].Rank) {
+			continue
+		}
+		bp := &batchPlan{}
+		for _, i := range st.Batch {
+			lp := &x.lps[x.lpOf[i]]
+			box, kernel := lp.box, lp.kernel
+			if lp.kind == lpCopy || lp.kind == lpCopyOn {
+				var err error
+				if box, kernel, err = planBoxCopy(view{lp.src, []int64{lp.n}, []int64{0}}, view{lp.dst, []int64{lp.n}, []int64{0}}, []int64{lp.n}, 1); err != nil {
+					return err
+				}
+			}
+			if d, ok := batchable(box, kernel); ok && lp.kind != lpQuant {
+				bp.ds = append(bp.ds, d)
+			} else {
+				bp.rest = append(bp.rest, i)
+			}
+		}
+		x.batches[k] = bp
+		if len(bp.ds) > 0 {
+			d := x.prog.Streams[st.Stream].Dev
+			n := int64(len(bp.ds))
+			bp.args = batchArgs{Desc: uint64(descBytes[d]), N: n}
+			descBytes[d] += align(n*int64(unsafe.Sizeof(batchDesc{})) + 8*(n+1))
+		}
+	}
+	for _, d := range x.devices {
+		if descBytes[d] == 0 {
+			continue
+		}
+		base, err := x.g.alloc(d, descBytes[d])
+		if err != nil {
+			return fmt.Errorf("allocating the batches' descriptors on GPU %d: %w", d, err)
+		}
+		x.descMem[d] = base
+	}
+	for k, bp := range x.batches {
+		if len(bp.ds) == 0 {
+			continue
+		}
+		d := x.prog.Streams[x.prog.Steps[k].Stream].Dev
+		b, prefixAt, units := encodeBatch(bp.ds)
+		bp.args.Desc += x.descMem[d]
+		bp.args.Prefix, bp.args.Units = bp.args.Desc+uint64(prefixAt), units
+		if err := x.g.upload(d, bp.args.Desc, b); err != nil {
+			return err
+		}
+		bp.ds = nil
+	}
+	return nil
+}
+
+// planLocal computes the launch of a copy, pack, unpack or quantize.
+func (x *Executor) planLocal(i int32) (localPlan, error) {
+	op := &x.s.Ops[i]
+	if op.Kind == ir.Quantize {
+		a, kernel, err := x.planQuant(i)
+		return localPlan{kind: lpQuant, quant: a, kernel: kernel}, err
 	}
 	if !op.Src.IsBox() && !op.Dst.IsBox() {
+		lp := localPlan{kind: lpCopy, dst: x.addr(op.Dst), src: x.addr(op.Src), n: op.Src.Bytes}
 		if x.mode == program.Waves && x.opt.LocalCopyBlocks >= 0 {
-			return x.g.copyOn(x.addr(op.Dst), x.addr(op.Src), op.Src.Bytes, x.opt.LocalCopyBlocks, st)
+			lp.kind = lpCopyOn
 		}
-		return x.g.copy(x.addr(op.Dst), x.addr(op.Src), op.Src.Bytes, st)
+		return lp, nil
 	}
 	a, kernel, err := x.boxArgs(op)
-	if err != nil {
-		return err
+	return localPlan{kind: lpBox, box: a, kernel: kernel}, err
+}
+
+// local1 issues a copy, pack, unpack or quantize as New planned it.
+func (x *Executor) local1(i int32, st handle) error {
+	lp := &x.lps[x.lpOf[i]]
+	switch lp.kind {
+	case lpQuant:
+		return x.g.quantize(&lp.quant, lp.kernel, st)
+	case lpCopyOn:
+		return x.g.copyOn(lp.dst, lp.src, lp.n, x.opt.LocalCopyBlocks, st)
+	case lpCopy:
+		return x.g.copy(lp.dst, lp.src, lp.n, st)
 	}
-	return x.g.boxCopy(&a, kernel, st)
+	return x.g.boxCopy(&lp.box, lp.kernel, st)
+}
+
+// batch issues a batch step: one kernel over its descriptors, then the
+// members that run on their own.
+func (x *Executor) batch(k int, st handle) error {
+	bp := x.batches[k]
+	if bp.args.N > 0 {
+		if err := x.g.batchCopy(&bp.args, x.mode == program.Waves, st); err != nil {
+			return err
+		}
+	}
+	for _, i := range bp.rest {
+		if err := x.local1(i, st); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // boxArgs plans the kernel of a pack, unpack or box copy.
@@ -824,4 +1083,10 @@ func (x *Executor) boxArgs(op *ir.Op) (boxArgs, string, error) {
 		elem = s.BufElem(op.Dst.Buf)
 	}
 	return planBoxCopy(src, dst, size, elem)
+}
+
+// medianTime returns the median of times, which it sorts.
+func medianTime(times []units.Time) units.Time {
+	slices.Sort(times)
+	return times[len(times)/2]
 }

@@ -52,6 +52,12 @@ func TestExecutorOnFake(t *testing.T) {
 			t.Error("no random schedule reused staging memory: the staging cap went untested")
 		}
 	}()
+	batches := 0
+	defer func() {
+		if batches == 0 {
+			t.Error("no random schedule ran a batch of local ops")
+		}
+	}()
 	for i := range 80 {
 		s := schedtest.Random(t, rng)
 		if reusesStaging(s) {
@@ -68,7 +74,9 @@ func TestExecutorOnFake(t *testing.T) {
 			if opt.Backend == NCCL {
 				devices = len(s.World)
 			}
-			res := runFake(t, s, opt, devices, uint64(i))
+			g := newFake(devices, uint64(i))
+			res := runOn(t, g, s, opt)
+			batches += g.batches
 			if !res.Verified {
 				t.Fatalf("case %d %s/%s (%s): %d wrong elements; first %s", i, opt.Backend, opt.Transport, s.Route, res.WrongElems, res.FirstWrong)
 			}
@@ -191,8 +199,106 @@ func TestPlanBoxCopyMatchesElementCopy(t *testing.T) {
 	}
 }
 
+// A batch of random box copies, emulated unit by unit as box_copy_batch
+// cuts them (long runs in 64 KiB segments, short runs a unit of whole runs
+// each), writes exactly what copying each box element by element writes.
+func TestBatchMatchesElementCopies(t *testing.T) {
+	rng := rand.New(rand.NewPCG(37, 38))
+	for c := range 200 {
+		var ds []batchDesc
+		mem := make([]byte, 0, 1<<20)
+		var boxes []func(want []byte)
+		var rest int
+		for range 1 + rng.IntN(6) {
+			nd := 1 + rng.IntN(3)
+			srcFull, dstFull, size := make([]int64, nd), make([]int64, nd), make([]int64, nd)
+			srcStart, dstStart := make([]int64, nd), make([]int64, nd)
+			elem := int64(1 << rng.IntN(4))
+			for d := range nd {
+				size[d] = 1 + rng.Int64N(6)
+				if d == nd-1 && rng.IntN(3) == 0 {
+					size[d] = 1 + rng.Int64N(90000/elem) // runs past a 64 KiB segment
+				}
+				srcStart[d], dstStart[d] = rng.Int64N(2), rng.Int64N(2)
+				srcFull[d] = srcStart[d] + size[d] + rng.Int64N(2)
+				dstFull[d] = dstStart[d] + size[d] + rng.Int64N(2)
+				if rng.IntN(2) == 0 {
+					srcStart[d], dstStart[d], srcFull[d], dstFull[d] = 0, 0, size[d], size[d]
+				}
+			}
+			n := func(full []int64) int64 {
+				p := elem
+				for _, v := range full {
+					p *= v
+				}
+				return p
+			}
+			srcAddr := uint64(align(int64(len(mem)))) + uint64(16*rng.IntN(2))
+			dstAddr := uint64(align(int64(srcAddr) + n(srcFull)))
+			mem = append(mem, make([]byte, int64(dstAddr)+n(dstFull)-int64(len(mem)))...)
+			a, kernel, err := planBoxCopy(view{srcAddr, srcFull, srcStart}, view{dstAddr, dstFull, dstStart}, size, elem)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, ok := batchable(a, kernel)
+			if !ok {
+				rest++
+				continue
+			}
+			ds = append(ds, d)
+			boxes = append(boxes, func(want []byte) {
+				idx := make([]int64, nd)
+				for {
+					so, do := int64(0), int64(0)
+					for d := range nd {
+						so = so*srcFull[d] + srcStart[d] + idx[d]
+						do = do*dstFull[d] + dstStart[d] + idx[d]
+					}
+					copy(want[int64(dstAddr)+do*elem:int64(dstAddr)+(do+1)*elem], want[int64(srcAddr)+so*elem:int64(srcAddr)+(so+1)*elem])
+					k := nd - 1
+					for ; k >= 0; k-- {
+						if idx[k]++; idx[k] < size[k] {
+							break
+						}
+						idx[k] = 0
+					}
+					if k < 0 {
+						return
+					}
+				}
+			})
+		}
+		for i := range mem {
+			mem[i] = byte(rng.IntN(256))
+		}
+		want := append([]byte(nil), mem...)
+		for _, f := range boxes {
+			f(want)
+		}
+		emulateBatch(mem, ds, nil)
+		if string(mem) != string(want) {
+			t.Fatalf("case %d: a batch of %d box copies differs from copying each element", c, len(ds))
+		}
+		// The kernel reads the units' prefix sums after the descriptors.
+		b, at, units := encodeBatch(ds)
+		var sum int64
+		for i := range ds {
+			sum += ds[i].units()
+		}
+		if units != sum || int64(len(b)) != at+8*int64(len(ds)+1) || at != int64(len(ds))*int64(unsafe.Sizeof(batchDesc{})) {
+			t.Fatalf("case %d: %d descriptors encoded as %d bytes, prefix sums at %d, %d units (want %d)", c, len(ds), len(b), at, units, sum)
+		}
+	}
+}
+
 // The argument structs must match kernels/copy.cu byte for byte.
 func TestKernelArgLayout(t *testing.T) {
+	if n := unsafe.Sizeof(batchDesc{}); n != 264 {
+		t.Errorf("batchDesc is %d bytes; struct BatchDesc is 264", n)
+	}
+	if n := unsafe.Sizeof(batchArgs{}); n != 32 {
+		t.Errorf("batchArgs is %d bytes; struct BatchArgs is 32", n)
+	}
 	if n := unsafe.Sizeof(boxArgs{}); n != 248 {
 		t.Errorf("boxArgs is %d bytes; struct BoxArgs is 248", n)
 	}

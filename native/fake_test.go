@@ -1,6 +1,7 @@
 package native
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
@@ -36,6 +37,7 @@ type fakeGPU struct {
 	quantKernels   map[string]int // quantize launches by kernel
 	quantChecks    int            // verifyQuant calls
 	corrupt        string         // "fp8" or "scale": flip a bit of what quantize writes
+	batches        int            // box_copy_batch launches
 }
 
 type fakeOp struct {
@@ -138,6 +140,35 @@ func (f *fakeGPU) copyOn(dst, src uint64, n int64, blocks int, st handle) error 
 func (f *fakeGPU) boxCopy(a *boxArgs, kernel string, st handle) error {
 	args := *a
 	f.enqueue(st, fakeOp{run: func() { emulateBoxCopy(f.mem, args) }})
+	return nil
+}
+func (f *fakeGPU) batchCopy(a *batchArgs, shared bool, st handle) error {
+	ds := make([]batchDesc, a.N)
+	if err := binary.Read(bytes.NewReader(f.mem[a.Desc:a.Prefix]), binary.LittleEndian, ds); err != nil {
+		return err
+	}
+	prefix := make([]int64, a.N+1)
+	if err := binary.Read(bytes.NewReader(f.mem[a.Prefix:a.Prefix+uint64(8*(a.N+1))]), binary.LittleEndian, prefix); err != nil {
+		return err
+	}
+	if prefix[a.N] != a.Units {
+		return fmt.Errorf("fake: batch of %d units, its prefix sums end at %d", a.Units, prefix[a.N])
+	}
+	f.batches++
+	// The kernel's blocks take units in any order: so does the fake, so a
+	// batch of ops that touch each other's bytes shows up as wrong bytes.
+	perm := func(units int64) []int64 {
+		p := make([]int64, units)
+		for i, v := range f.rng.Perm(int(units)) {
+			p[i] = int64(v)
+		}
+		return p
+	}
+	f.enqueue(st, fakeOp{run: func() { emulateBatch(f.mem, ds, perm) }})
+	return nil
+}
+func (f *fakeGPU) upload(dev int, dst uint64, b []byte) error {
+	copy(f.mem[dst:], b)
 	return nil
 }
 func (f *fakeGPU) patternWalk(a patternArgs, fn func(i int64, want []byte)) {

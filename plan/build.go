@@ -225,7 +225,8 @@ type builder struct {
 	staging         []int32            // per rank, its unplaced staging buffer (-1: none)
 	pairLast        map[int64][2]int32 // per ordered pair of ranks, its last send and recv
 	packLast        lane               // packs run in order
-	unpackLast      lane               // unpacks and local copies run in order
+	unpackLast      lane               // unpacks run in order
+	copyLast        lane               // local copies (input to output or gathered copy, no transfer) run in order
 	entered         map[string]int     // hierarchical: contributions entered per replica set
 	led             map[string]int     // hierarchical: leaders chosen per replica group of a domain
 	bcastRoots      rootOrder          // agbcast: broadcast roots in order of appearance
@@ -373,9 +374,9 @@ func (b *builder) world(ranks []int) {
 	b.wi = layout.NewRankIndex(ranks)
 	n := len(ranks)
 	b.inputs, b.outputs = make(perRank, n), make(perRank, n)
-	b.staging, b.packLast, b.unpackLast = make([]int32, n), make(lane, n), make(lane, n)
+	b.staging, b.packLast, b.unpackLast, b.copyLast = make([]int32, n), make(lane, n), make(lane, n), make(lane, n)
 	for i := range n {
-		b.staging[i], b.packLast[i], b.unpackLast[i] = -1, -1, -1
+		b.staging[i], b.packLast[i], b.unpackLast[i], b.copyLast[i] = -1, -1, -1, -1
 	}
 }
 
@@ -567,7 +568,9 @@ func (b *builder) localCopy(ti, d int, g layout.Box) {
 		src = b.boxAsBox(b.input(ti, d), g)
 		dst = b.boxAsBox(b.output(ti, d), g)
 	}
-	b.laneOp(b.unpackLast, ir.Copy, d, nil, src, dst)
+	// Its own lane: chained behind unpacks, which wait for the network, a
+	// rank's local copies would run last instead of beside the transfers.
+	b.laneOp(b.copyLast, ir.Copy, d, nil, src, dst)
 }
 
 // addBox stores a box in the schedule's pool, growing it to its projected

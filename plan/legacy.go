@@ -61,7 +61,7 @@ func (b *builder) legacy(ti int) {
 		if !direct {
 			src, dst = b.boxAsBox(in, g), b.boxAsBox(hold[i], g)
 		}
-		id := b.laneOp(b.unpackLast, ir.Copy, rk, nil, src, dst)
+		id := b.laneOp(b.copyLast, ir.Copy, rk, nil, src, dst)
 		if rk == root {
 			rootOps = append(rootOps, id)
 		}

@@ -39,7 +39,16 @@ type runRecord struct {
 	PeakDevice   int64          `json:"peak_device_bytes"`
 	Staging      int64          `json:"staging_bytes"`
 	Iterations   int            `json:"iterations"`
-	Error        string         `json:"error,omitempty"` // why the run did not happen, or could not be modeled
+	StreamEnds   []streamEnd    `json:"stream_ends,omitempty"`   // with --profile
+	ProfileError string         `json:"profile_error,omitempty"` // with --profile, why there is no profile
+	Error        string         `json:"error,omitempty"`         // why the run did not happen, or could not be modeled
+}
+
+// streamEnd is when one GPU stream finished its part of an iteration.
+type streamEnd struct {
+	Device int     `json:"device"`
+	Stream string  `json:"stream"`
+	End    float64 `json:"end_s"`
 }
 
 func runJSON(r *Row) runRecord {
@@ -53,6 +62,10 @@ func runJSON(r *Row) runRecord {
 		rec.Mode, rec.Device, rec.Verified, rec.CheckedBytes, rec.WrongElems = run.Mode, run.Device, run.Verified, run.CheckedBytes, run.WrongElems
 		rec.Groups, rec.GroupCap, rec.HostIssue = run.Groups, run.GroupCapBytes, run.HostIssue.Seconds()
 		rec.PeakDevice, rec.Staging, rec.Ops = run.PeakDeviceBytes, run.StagingBytes, r.Ops
+		rec.ProfileError = run.ProfileErr
+		for _, se := range run.StreamEnds {
+			rec.StreamEnds = append(rec.StreamEnds, streamEnd{se.Device, se.Stream, se.End.Seconds()})
+		}
 	}
 	if run.Err != nil {
 		rec.Error = run.Err.Error()
@@ -105,5 +118,33 @@ func WriteRunTable(w io.Writer, scenario, backend string, rows []Row) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s .. %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Label(), r.Route, run.Median(), run.Times[0], run.Times[len(run.Times)-1],
 			modeled, errS, on, sol, v, run.HostIssue, units.Bytes(run.PeakDeviceBytes).Human(), strings.TrimSpace(run.Mode))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return writeProfiles(w, rows)
+}
+
+// writeProfiles prints, for each profiled run, when each stream finished
+// its part of an iteration.
+func writeProfiles(w io.Writer, rows []Row) error {
+	for i := range rows {
+		r, run := &rows[i], rows[i].Run
+		if run == nil || !run.Ran() || len(run.StreamEnds) == 0 && run.ProfileErr == "" {
+			continue
+		}
+		fmt.Fprintf(w, "\nprofile of point %s, route %s (median iteration %s): when each stream finished\n", r.Label(), r.Route, run.Median())
+		if run.ProfileErr != "" {
+			fmt.Fprintf(w, "no profile: %s\n", run.ProfileErr)
+			continue
+		}
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "GPU\tstream\tfinished")
+		for _, se := range run.StreamEnds {
+			fmt.Fprintf(tw, "%d\t%s\t%s\n", se.Device, se.Stream, se.End)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
 }

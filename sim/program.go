@@ -174,28 +174,49 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 			op := s.Ops[st.Op]
 			d := dev(op.Rank)
 			clock[proc(d)] += units.Time(len(st.Waits))*ev + costs.HostLaunch
-			ds := deps(st.Op)
-			if l, ok := last[st.Stream]; ok {
-				ds = append(ds, l)
+			prev, hasPrev := last[st.Stream]
+			members := st.Batch
+			if members == nil {
+				members = []int32{st.Op}
 			}
+			// A batch is one kernel: its members start together after the
+			// stream's previous op and one launch latency, and share the
+			// GPU's memory as concurrent flows.
 			lw := tp.LatencyLocal
-			if op.Src.IsBox() || op.Dst.IsBox() {
-				lw += costs.BoxLatency
-			}
-			coef := quantCoef
-			if op.Kind != ir.Quantize {
-				coef = packRate(program.ClassOf(s, &op))
-			}
-			id := add(op, clock[proc(d)], lw, coef, ds)
-			if op.Kind == ir.Quantize {
-				if m.s.QuantScale == nil {
-					m.s.QuantScale = map[int32]ir.Region{}
+			var ids []int32
+			for _, o := range members {
+				op := s.Ops[o]
+				if op.Src.IsBox() || op.Dst.IsBox() {
+					lw = tp.LatencyLocal + costs.BoxLatency
 				}
-				m.s.QuantScale[id] = s.QuantScale[st.Op]
 			}
-			clock[proc(d)] += records(st.Record, nil)
-			m.of[st.Op] = id
-			last[st.Stream] = id
+			for _, o := range members {
+				op := s.Ops[o]
+				ds := deps(o)
+				if hasPrev {
+					ds = append(ds, prev)
+				}
+				coef := quantCoef
+				if op.Kind != ir.Quantize {
+					coef = packRate(program.ClassOf(s, &op))
+				}
+				id := add(op, clock[proc(d)], lw, coef, ds)
+				if op.Kind == ir.Quantize {
+					if m.s.QuantScale == nil {
+						m.s.QuantScale = map[int32]ir.Region{}
+					}
+					m.s.QuantScale[id] = s.QuantScale[o]
+				}
+				m.of[o] = id
+				ids = append(ids, id)
+			}
+			clock[proc(d)] += records(st.Record, st.More)
+			last[st.Stream] = ids[0]
+			if len(ids) > 1 {
+				// the stream's next op waits for the whole batch
+				bar := ir.Op{Kind: ir.Copy, Rank: op.Rank, Peer: -1, Match: -1}
+				last[st.Stream] = add(bar, 0, 0, 0, ids)
+			}
 		case program.Xfer:
 			snd := s.Ops[st.Op]
 			rcv := s.Ops[snd.Match]

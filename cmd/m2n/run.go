@@ -30,6 +30,10 @@ func runOf(backend string, iters int, res *native.Result, err error) *evaluate.R
 		run.Mode, run.Device, run.Verified, run.CheckedBytes, run.WrongElems, run.FirstWrong = res.Mode, res.Device, res.Verified, res.CheckedBytes, res.WrongElems, res.FirstWrong
 		run.Groups, run.GroupCapBytes, run.HostIssue = res.Waves, res.WaveCapBytes, res.HostIssue
 		run.PeakDeviceBytes, run.StagingBytes = res.PeakDeviceBytes, res.StagingBytes
+		run.ProfileErr = res.ProfileErr
+		for _, se := range res.StreamEnds {
+			run.StreamEnds = append(run.StreamEnds, evaluate.StreamEnd{Device: se.Device, Stream: se.Stream, End: se.End})
+		}
 	}
 	return run
 }
@@ -68,6 +72,7 @@ process per GPU under torchrun, srun or mpirun.`)
 	timeout := fs.Duration("timeout", 5*time.Minute, "nccl: give up on a peer or an operation after this long")
 	irIn := fs.String("ir", "", "run this schedule IR file instead of a scenario")
 	topoName := fs.String("topology", "", "with --ir: the topology preset for the simulated and SOL columns")
+	profile := fs.Bool("profile", false, "also report when each GPU stream finished its part of an iteration (where the time goes)")
 	modelName := fs.String("model", "hgx-h200-measured", "the measured preset that models this machine: a name, or a file `m2n calibrate` wrote (docs/calibration.md)")
 	var sel selection
 	sel.register(fs)
@@ -93,7 +98,7 @@ process per GPU under torchrun, srun or mpirun.`)
 		wb = int64(b)
 	}
 	opt := native.Options{Backend: *backend, Transport: *transport, Device: *device, Iters: *iters, Warmup: *warmup,
-		Graph: *graph, Lanes: *lanes, Timeout: *timeout, WaveBytes: wb}
+		Graph: *graph, Lanes: *lanes, Timeout: *timeout, WaveBytes: wb, Profile: *profile}
 	// CUDA graphs of NCCL send/recv failed or hung (docs/native.md): off by
 	// default with the nccl transport, refused when asked for.
 	if *transport == native.TransportNCCL || *backend == native.NCCL && *transport != native.TransportCopy {

@@ -130,6 +130,10 @@ type WorkloadSpec struct {
 	Trainer   *TrainerSpec   `toml:"trainer"`
 	Generator *GeneratorSpec `toml:"generator"`
 	MTP       bool           `toml:"mtp"` // move the multi-token-prediction layers too
+	// Layers moves only the model's first decoder layers (with its
+	// embedding, head and final norm): the model's own shapes at a size a
+	// small machine holds.
+	Layers *int `toml:"layers"`
 	QuantSpec
 }
 

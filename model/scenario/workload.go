@@ -85,6 +85,14 @@ func (s *Scenario) workload(ws *WorkloadSpec) ([]Tensor, []int, error) {
 	if spec.Config, err = s.models.get(ws.Model); err != nil {
 		return nil, nil, err
 	}
+	if ws.Layers != nil {
+		if n := *ws.Layers; n < 1 || n > spec.Config.Layers {
+			return nil, nil, fmt.Errorf("layers = %d: must be in [1, %d] (the model's num_hidden_layers)", n, spec.Config.Layers)
+		}
+		c := *spec.Config // the cached config is shared: change a copy
+		c.Layers = *ws.Layers
+		spec.Config = &c
+	}
 	ts, err := spec.Tensors()
 	if err != nil {
 		return nil, nil, err

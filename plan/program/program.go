@@ -9,6 +9,7 @@ import (
 	"container/heap"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/m2n-project/m2n/plan/ir"
 )
@@ -63,6 +64,12 @@ type Step struct {
 	More, RMore []int32
 	Merged      []int32
 	Comm        int // Waves mode: the index of the device's communicator
+	// Batch lists the local ops of a batch step (Op is Batch[0]): copies,
+	// packs and unpacks of one stream that touch disjoint bytes, issued as
+	// one kernel over a descriptor list instead of a launch each. Waits is
+	// the union of theirs; their events are recorded after the batch
+	// (Record, then More). Nil for a single op.
+	Batch []int32
 }
 
 // Mode selects how transfers are issued.
@@ -90,6 +97,9 @@ type Options struct {
 	// from the schedule (0) or leaves groups uncut (< 0); Waves mode.
 	WaveBytes int64
 	Comms     int // communicators per device; below 1 means 1
+	// NoBatch issues every local op as its own launch, as the executor
+	// did before batch steps (to measure what batching buys).
+	NoBatch bool
 }
 
 // Compile turns a schedule into a program.
@@ -145,7 +155,16 @@ func Compile(s *ir.Schedule, o Options) (*Program, error) {
 		case ir.Pack, ir.Quantize:
 			opStream[i] = stream(Stream{Dev: d, Lane: lane(d, [3]int32{op.Rank, -1, 0})})
 		case ir.Copy, ir.Unpack:
-			opStream[i] = stream(Stream{Dev: d, Lane: lane(d, [3]int32{op.Rank, -1, 1})})
+			// What lands from a transfer (unpacks of received bytes) on one
+			// lane, local work that waits for no transfer (a colocated
+			// rank's own shard) on another: on one stream the local copies
+			// would queue behind unpacks waiting for the network, or the
+			// reverse.
+			l := int32(1)
+			if !waitsForXfer(s, i) {
+				l = 3
+			}
+			opStream[i] = stream(Stream{Dev: d, Lane: lane(d, [3]int32{op.Rank, -1, l})})
 		case ir.Send, ir.Recv:
 			if m == Waves {
 				// Each ordered pair's transfers on one of the device's
@@ -226,18 +245,24 @@ func Compile(s *ir.Schedule, o Options) (*Program, error) {
 	if m == Streams {
 		// A transfer joins the previous step of its stream when that is a
 		// transfer of the same pair whose regions end where its begin, and
-		// it waits for nothing: one device copy instead of several.
+		// it waits for nothing that step does not wait for already (the
+		// chunks of one quantized tensor all wait for its quantize): one
+		// device copy instead of several.
 		last := map[int]int{} // stream -> index of its last step
 		for _, i := range order {
 			st := emit(i)
-			if st.Kind == Xfer && len(st.Waits) == 0 {
-				if k, ok := last[st.Stream]; ok && p.Steps[k].Kind == Xfer && adjacent(s, &p.Steps[k], st.Op) {
+			if k, ok := last[st.Stream]; ok && st.Kind == Xfer && subset(st.Waits, p.Steps[k].Waits) {
+				if p.Steps[k].Kind == Xfer && adjacent(s, &p.Steps[k], st.Op) {
 					merge(&p.Steps[k], &st)
 					continue
 				}
 			}
 			last[st.Stream] = len(p.Steps)
 			p.Steps = append(p.Steps, st)
+		}
+		if !o.NoBatch {
+			p.Steps = batchLocals(s, p.Steps, len(p.Streams), p.Events, m)
+			p.Events = coalesceEvents(p.Steps, p.Events, m)
 		}
 		return p, nil
 	}
@@ -305,7 +330,21 @@ func Compile(s *ir.Schedule, o Options) (*Program, error) {
 			p.Steps = append(p.Steps, emit(i))
 		}
 	}
+	if !o.NoBatch {
+		p.Steps = batchLocals(s, p.Steps, len(p.Streams), p.Events, m)
+		p.Events = coalesceEvents(p.Steps, p.Events, m)
+	}
 	return p, nil
+}
+
+// waitsForXfer reports whether op i depends directly on a send or recv.
+func waitsForXfer(s *ir.Schedule, i int32) bool {
+	for _, d := range s.Deps(i) {
+		if k := s.Ops[d].Kind; k == ir.Send || k == ir.Recv {
+			return true
+		}
+	}
+	return false
 }
 
 // groupPlan is how waves mode cuts a schedule's transfers into NCCL
@@ -342,7 +381,7 @@ func assignGroups(s *ir.Schedule, order []int32, waveBytes int64) groupPlan {
 	if waveBytes < 0 {
 		return g.groupPlan
 	}
-	if c := autoWaveBytes(g.maxPairBytes, g.count, g.fedByLocal); c > 0 {
+	if c := autoWaveBytes(g.maxPairBytes, g.count, g.fedByLocal, g.feedsLocal); c > 0 {
 		return cutGroups(s, order, c).groupPlan
 	}
 	return g.groupPlan
@@ -351,11 +390,16 @@ func assignGroups(s *ir.Schedule, order []int32, waveBytes int64) groupPlan {
 // autoWaveBytes is the per-pair group size that minimises a pipeline's
 // time: with B bytes per pair through a chain of D stages, groups of G
 // bytes cost about (B/G + D - 1) groups' fixed cost plus (D - 1) G of fill,
-// least at G = sqrt(cost x B / (D - 1)).
-func autoWaveBytes(maxPair int64, depth int, fedByLocal bool) int64 {
+// least at G = sqrt(cost x B / (D - 1)). A pack before the transfers and
+// an unpack after them are stages too: uncut, every unpack would wait for
+// the whole group (its events are recorded when the group ends).
+func autoWaveBytes(maxPair int64, depth int, fedByLocal, feedsLocal bool) int64 {
 	stages := depth - 1
 	if fedByLocal {
-		stages++ // a pack (or unpack) stage before the transfers
+		stages++ // a pack (or quantize) stage before the transfers
+	}
+	if feedsLocal {
+		stages++ // an unpack stage after them
 	}
 	if stages <= 0 || maxPair <= 0 {
 		return 0
@@ -367,6 +411,7 @@ type cutResult struct {
 	groupPlan
 	maxPairBytes int64 // the most bytes of one ordered pair in the schedule
 	fedByLocal   bool  // some transfer waits for a local op
+	feedsLocal   bool  // some local op waits for a transfer
 }
 
 // cutGroups assigns groups in the topological order, each transfer to the
@@ -398,6 +443,7 @@ func cutGroups(s *ir.Schedule, order []int32, capBytes int64) cutResult {
 			g := int32(0)
 			for _, d := range s.Deps(i) {
 				g = max(g, after(d))
+				res.feedsLocal = res.feedsLocal || isXfer(d)
 			}
 			of[i] = g
 			continue
@@ -544,4 +590,14 @@ func dedupe(w []int32) []int32 {
 		}
 	}
 	return out
+}
+
+// subset reports whether every event of a is in b.
+func subset(a, b []int32) bool {
+	for _, e := range a {
+		if !slices.Contains(b, e) {
+			return false
+		}
+	}
+	return true
 }
