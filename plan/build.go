@@ -39,6 +39,11 @@ type Options struct {
 	// schedule that would have more is refused before it is built, from
 	// its chunk counts ([OpsLimitError]).
 	MaxOps int64
+	// Coalesce gathers small transfers of one ordered pair into few large
+	// ones through staging slabs (its zero value: off; the command line's
+	// default is DefaultCoalesce). Under a staging cap the slabs take at
+	// most what the cap leaves on each rank.
+	Coalesce Coalesce
 }
 
 // Build plans a schedule that moves every tensor from its source layout to
@@ -187,6 +192,24 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 		}
 	}
 	s := b.finish()
+	if opt.Coalesce.On() {
+		if err := opt.Coalesce.validate(); err != nil {
+			return nil, err
+		}
+		budget := map[int32]int64{}
+		staging := s.StagingByRank()
+		for _, r := range s.World {
+			budget[int32(r.Rank)] = opt.Coalesce.BudgetBytes
+			if opt.StagingCapBytes > 0 {
+				budget[int32(r.Rank)] = min(opt.Coalesce.BudgetBytes, max(0, opt.StagingCapBytes-staging[r.Rank]))
+			}
+		}
+		cs, err := coalesceSchedule(s, opt.Coalesce, budget)
+		if err != nil {
+			return nil, err
+		}
+		s = cs
+	}
 	if err := s.Validate(); errors.Is(err, ir.ErrTooLarge) {
 		return nil, err
 	} else if err != nil {

@@ -18,6 +18,7 @@ type selection struct {
 	points     multiFlag
 	chunk      string
 	stagingCap string
+	coalesce   string
 	scale      float64
 	shown      *planProgress // m2n plan's progress display; nil for none
 	maxOps     int64
@@ -35,6 +36,7 @@ func (sel *selection) register(fs *flags) {
 	fs.Int64Var(&sel.maxOps, "max-ops", plan.DefaultMaxOps, "refuse a schedule of more ops than this, counted from its chunks before it is built")
 	fs.StringVar(&sel.stagingCap, "staging-cap", "", "staging memory per GPU a schedule may use, e.g. \"2 GiB\"; staging is reused once consumed (default: 0, no cap)")
 	fs.Float64Var(&sel.scale, "scale", 1, "shrink dim 0 of every tensor by this factor in (0, 1], to fit small machines")
+	fs.StringVar(&sel.coalesce, "coalesce", "", "coalesce the transfers of a pair of ranks smaller than this into few through staging slabs, e.g. \"4 MiB\"; \"none\" turns it off (default: 1 MiB, docs/ir.md)")
 }
 
 // load reads the one scenario the positional arguments name (none: the
@@ -135,7 +137,21 @@ func (sel *selection) planOptions(p *scenario.Point, route string) (plan.Options
 	if sel.maxOps <= 0 {
 		return plan.Options{}, usagef("--max-ops %d: want a positive number of ops", sel.maxOps)
 	}
-	return plan.Options{Route: route, ChunkBytes: chunk, StagingCapBytes: int64(stagingCap), MaxOps: sel.maxOps}, nil
+	co := plan.DefaultCoalesce
+	switch sel.coalesce {
+	case "":
+	case "none":
+		co = plan.Coalesce{}
+	default:
+		b, err := units.ParseBytes(sel.coalesce)
+		if err != nil || b <= 0 {
+			return plan.Options{}, usagef("--coalesce %q: want a positive size such as \"4 MiB\", or \"none\"", sel.coalesce)
+		}
+		co.BelowBytes = int64(b)
+		co.SlabBytes = max(co.SlabBytes, co.BelowBytes)
+		co.BudgetBytes = max(co.BudgetBytes, 2*co.SlabBytes)
+	}
+	return plan.Options{Route: route, ChunkBytes: chunk, StagingCapBytes: int64(stagingCap), MaxOps: sel.maxOps, Coalesce: co}, nil
 }
 
 // build plans one route at one point.

@@ -59,6 +59,12 @@ func Random(t testing.TB, rng *rand.Rand) *ir.Schedule {
 		route := plan.Routes[rng.IntN(len(plan.Routes))]
 		opt := plan.Options{Route: route, ChunkBytes: 1 + rng.Int64N(48)}
 		if rng.IntN(2) == 0 {
+			// Coalesced: transfers under a few chunks go through slabs.
+			below := 1 + rng.Int64N(96)
+			slab := below + rng.Int64N(256)
+			opt.Coalesce = plan.Coalesce{BelowBytes: below, SlabBytes: slab, BudgetBytes: 2*slab + rng.Int64N(1024)}
+		}
+		if rng.IntN(2) == 0 {
 			// A staging cap: buffers share each rank's arena, reused once
 			// consumed; one to three times the least cap that works when
 			// the draw is below it, so that several buffers live at once.
