@@ -57,6 +57,7 @@ type Run struct {
 	Backend         string
 	Launch          string       // "one-process", or "per-gpu" under a launcher
 	Mode            string       // how transfers ran, as the executor says
+	Transport       string       // the transport that ran: copy or nccl (auto resolved)
 	Device          string       // the GPU's name
 	Times           []units.Time // per timed iteration, sorted ascending
 	Verified        bool         // every destination byte right, after the first and the last iteration

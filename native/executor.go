@@ -26,23 +26,31 @@ const (
 	NCCL = "nccl"
 )
 
-// Transports of the loopback backend.
+// Transports.
 const (
 	TransportCopy = "copy"
 	TransportNCCL = "nccl"
+	// TransportAuto (the nccl backend's default): device copies between
+	// GPUs that share NVLink in one host (peer copies in one process, CUDA
+	// IPC with one process per GPU, where the schedule allows it), NCCL
+	// where copies cannot reach. Result.Transport says which ran.
+	TransportAuto = "auto"
 )
 
 // Options configure an executor.
 type Options struct {
-	Backend   string        // Loopback or NCCL
-	Transport string        // loopback: TransportCopy (default) or TransportNCCL; nccl: TransportNCCL (default) or TransportCopy (one process)
-	Device    int           // loopback: the GPU to use
-	Lanes     int           // streams per device for local ops and copies; 0 means 4
-	Graph     bool          // capture each iteration as a CUDA graph and replay it
-	Warmup    int           // untimed iterations before the timed ones
-	Iters     int           // timed iterations; 0 means 5
-	Timeout   time.Duration // nccl: how long to wait for a peer or an operation; 0 means 5 minutes
-	Launch    *LaunchEnv    // nccl: the launcher's rank, world and rendezvous; nil for one process over all local GPUs
+	Backend   string // Loopback or NCCL
+	Transport string // loopback: TransportCopy (default) or TransportNCCL; nccl: TransportAuto (default), TransportNCCL or TransportCopy
+	Device    int    // loopback: the GPU to use
+	Lanes     int    // streams per device for local ops and copies; 0 means 4
+	Graph     bool   // capture each iteration as a CUDA graph and replay it (copy transport)
+	// GraphStrict: Graph was asked for, and a transport that cannot
+	// replay graphs (NCCL) is an error rather than a run without them.
+	GraphStrict bool
+	Warmup      int           // untimed iterations before the timed ones
+	Iters       int           // timed iterations; 0 means 5
+	Timeout     time.Duration // nccl: how long to wait for a peer or an operation; 0 means 5 minutes
+	Launch      *LaunchEnv    // nccl: the launcher's rank, world and rendezvous; nil for one process over all local GPUs
 	// WaveBytes caps the bytes one ordered pair of ranks carries in one NCCL
 	// group when transfers pipeline through several groups (waves mode):
 	// 0 chooses it from the schedule, a negative value never cuts.
@@ -81,6 +89,8 @@ type Result struct {
 	Device       string // the GPU's name (of the first device)
 	Kernels      string // the architecture the kernels were compiled for
 	Mode         string // how transfers ran: "copy", "nccl waves", ...
+	Transport    string // the transport that ran: TransportCopy or TransportNCCL
+	Graph        bool   // iterations replayed as a CUDA graph
 	Ops, Steps   int
 	Streams      int
 	Events       int
@@ -453,7 +463,7 @@ func (x *Executor) Run() (_ *Result, err error) {
 			x.g.abort() // work may be left enqueued: Close must not wait for it
 		}
 	}()
-	res := &Result{Device: x.g.name(x.devices[0]), Kernels: x.g.arch(x.devices[0]), Ops: len(x.s.Ops),
+	res := &Result{Device: x.g.name(x.devices[0]), Kernels: x.g.arch(x.devices[0]), Ops: len(x.s.Ops), Transport: x.opt.Transport, Graph: x.opt.Graph,
 		Steps: len(x.prog.Steps), Streams: len(x.streams), Events: x.prog.Events, Waves: x.prog.Groups, WaveCapBytes: x.prog.GroupCapBytes}
 	for _, d := range x.devices {
 		if x.need[d] > res.PeakDeviceBytes {

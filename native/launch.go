@@ -18,6 +18,11 @@ type LaunchEnv struct {
 	Rank      int
 	World     int
 	LocalRank int
+	// OneHost: the launcher says every process runs on this host
+	// (LOCAL_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_SIZE or MPI_LOCALNRANKS
+	// equal to the world, or SLURM_JOB_NUM_NODES=1), so CUDA IPC reaches
+	// every peer.
+	OneHost bool
 	// Rendezvous: rank 0 serves the NCCL unique id on MasterAddr:MasterPort
 	// and every other rank fetches it; unless NCCLCommID is set, in which
 	// case NCCL bootstraps there itself and nothing is exchanged.
@@ -38,11 +43,12 @@ func DetectLaunch(getenv func(string) string) (*LaunchEnv, error) {
 	sets := []struct {
 		name               string
 		rank, world, local string
+		localWorld         string // processes on this host
 	}{
-		{"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
-		{"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
-		{"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
-		{"mpich", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
+		{"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+		{"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", ""},
+		{"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+		{"mpich", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
 	}
 	for _, s := range sets {
 		vals := []string{getenv(s.rank), getenv(s.world), getenv(s.local)}
@@ -74,6 +80,11 @@ func DetectLaunch(getenv func(string) string) (*LaunchEnv, error) {
 		e := &LaunchEnv{Launcher: s.name, Rank: nums[0], World: nums[1], LocalRank: nums[2]}
 		if e.World < 1 || e.Rank >= e.World {
 			return nil, fmt.Errorf("launcher %s: rank %d is not in a world of %d", s.name, e.Rank, e.World)
+		}
+		if s.localWorld != "" {
+			e.OneHost = getenv(s.localWorld) == strconv.Itoa(e.World)
+		} else {
+			e.OneHost = getenv("SLURM_JOB_NUM_NODES") == "1"
 		}
 		e.NCCLCommID = getenv("NCCL_COMM_ID")
 		e.MasterAddr = getenv("MASTER_ADDR")

@@ -167,6 +167,7 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 		if b.regions[ti] == nil {
 			continue
 		}
+		b.building = ti
 		switch opt.Route {
 		case Flat:
 			b.flat(ti)
@@ -260,6 +261,12 @@ type builder struct {
 	min             []int64
 	minAll, minDone int64
 	built           pools
+
+	// presetOut: outputs made before their tensor is routed, by (tensor,
+	// rank): a scale tensor's, written by its weight's quantize at the
+	// source straight into the outputs (quantOutputs).
+	presetOut map[int64]int32
+	building  int // the tensor being routed
 
 	cap   *capper // nil when staging is not capped
 	roots []int   // nemo-legacy's broadcast roots, computed on first use
@@ -437,6 +444,10 @@ func (b *builder) output(ti, rank int) int32 {
 	e := &b.outputs[b.wi.Pos(rank)]
 	if e.stamp == int32(ti)+1 {
 		return e.id
+	}
+	if id, ok := b.presetOut[int64(ti)<<32|int64(rank)]; ok { // a scale output its weight's quantize writes
+		e.stamp, e.id = int32(ti)+1, id
+		return id
 	}
 	r := b.regions[ti]
 	slot, _ := r.DstSlotOf(rank)

@@ -29,16 +29,22 @@ type Coalesce struct {
 	// BudgetBytes is the most slab memory one rank holds, its sending and
 	// receiving slabs together; transfers past it stay as they are.
 	BudgetBytes int64
+	// WindowBytes bounds how far apart a slab's members are: from its
+	// first to its last member, at most this many bytes of the pair's
+	// other transfers of the level, so a small transfer moves at most
+	// about that much later than it would alone (0: unbounded).
+	WindowBytes int64
 }
 
 // DefaultCoalesce coalesces transfers below 1 MiB, in slabs of up to
-// 64 MiB, with at most 256 MiB of slabs a rank. Below 1 MiB a transfer
+// 64 MiB whose members lie within 1 GiB of the pair's traffic (about 3 ms
+// over NVLink), with at most 256 MiB of slabs a rank. Below 1 MiB a transfer
 // spends longer in NCCL's fixed cost (about 10 us) than moving its bytes
 // over NVLink (1 MiB in 3.4 us at 313 GB/s), and a third of its time on a
 // 400 Gb/s NIC; the two copies that replace it take about 1 us on the
 // GPUs' memory. Larger transfers (a 4 MiB chunk: 13 us over NVLink, 84 us
 // over a NIC) stay as they are.
-var DefaultCoalesce = Coalesce{BelowBytes: 1 << 20, SlabBytes: 64 << 20, BudgetBytes: 256 << 20}
+var DefaultCoalesce = Coalesce{BelowBytes: 1 << 20, SlabBytes: 64 << 20, BudgetBytes: 256 << 20, WindowBytes: 1 << 30}
 
 // On reports whether c coalesces anything.
 func (c Coalesce) On() bool { return c.BelowBytes > 0 }
@@ -137,8 +143,11 @@ func coalesceSchedule(s *ir.Schedule, c Coalesce, budget map[int32]int64) (*ir.S
 	member := make([]int32, n) // send -> 1 + its slab; 0: not coalesced
 	for _, k := range keys {
 		g := groups[k]
-		// Runs of adjacent transfers, and the small ones.
+		// Runs of adjacent transfers, the small ones, and where each
+		// starts in the pair's bytes of the level.
 		var small [][]int32
+		var at []int64
+		var pos int64
 		for a := 0; a < len(g); {
 			b, bytes := a+1, s.Ops[g[a]].Src.Bytes
 			for b < len(g) && adjacentXfer(s, g[b-1], g[b]) {
@@ -147,42 +156,54 @@ func coalesceSchedule(s *ir.Schedule, c Coalesce, budget map[int32]int64) (*ir.S
 			}
 			if bytes < c.BelowBytes {
 				small = append(small, g[a:b])
+				at = append(at, pos)
 			}
+			pos += bytes
 			a = b
 		}
 		if len(small) < 2 {
 			continue
 		}
-		// Members whose size keeps 16-byte alignment first, so every copy
-		// into and out of a slab can move 16 bytes an access.
-		slices.SortStableFunc(small, func(a, b []int32) int {
-			return cmp.Compare(alignRank(runBytes(s, a)), alignRank(runBytes(s, b)))
-		})
-		cur := slab{from: k.from, to: k.to}
+		var cur []([]int32)
+		var curBytes, first int64
 		flush := func() {
-			if len(cur.members) >= 2 {
-				slabs = append(slabs, cur)
-				for _, m := range cur.members {
+			if len(cur) >= 2 {
+				// Members whose size keeps 16-byte alignment first, so
+				// every copy into and out of the slab moves 16 bytes an
+				// access.
+				slices.SortStableFunc(cur, func(a, b []int32) int {
+					return cmp.Compare(alignRank(runBytes(s, a)), alignRank(runBytes(s, b)))
+				})
+				sl := slab{from: k.from, to: k.to}
+				for _, run := range cur {
+					for _, m := range run {
+						sl.members = append(sl.members, m)
+						sl.offs = append(sl.offs, sl.bytes)
+						sl.bytes += s.Ops[m].Src.Bytes
+					}
+				}
+				slabs = append(slabs, sl)
+				for _, m := range sl.members {
 					member[m] = int32(len(slabs))
 				}
-				used[cur.from] += cur.bytes
-				used[cur.to] += cur.bytes
+				used[k.from] += sl.bytes
+				used[k.to] += sl.bytes
 			}
-			cur = slab{from: k.from, to: k.to}
+			cur, curBytes = cur[:0], 0
 		}
-		for _, run := range small {
+		for j, run := range small {
 			b := runBytes(s, run)
-			if cur.bytes+b > c.SlabBytes {
+			if curBytes+b > c.SlabBytes || len(cur) > 0 && c.WindowBytes > 0 && at[j]-first > c.WindowBytes {
 				flush()
 			}
-			if used[k.from]+cur.bytes+b > budget[k.from] || used[k.to]+cur.bytes+b > budget[k.to] {
+			if used[k.from]+curBytes+b > budget[k.from] || used[k.to]+curBytes+b > budget[k.to] {
 				break
 			}
-			for _, m := range run {
-				cur.members = append(cur.members, m)
-				cur.offs = append(cur.offs, cur.bytes)
-				cur.bytes += s.Ops[m].Src.Bytes
+			if len(cur) == 0 {
+				first = at[j]
 			}
+			cur = append(cur, run)
+			curBytes += b
 		}
 		flush()
 	}

@@ -92,7 +92,7 @@ func TestCoalesceRandom(t *testing.T) {
 		}
 		below := 1 + rng.Int64N(128)
 		slab := below + rng.Int64N(512)
-		opt.Coalesce = Coalesce{BelowBytes: below, SlabBytes: slab, BudgetBytes: 2*slab + rng.Int64N(2048)}
+		opt.Coalesce = Coalesce{BelowBytes: below, SlabBytes: slab, BudgetBytes: 2*slab + rng.Int64N(2048), WindowBytes: rng.Int64N(2) * rng.Int64N(512)}
 		s, err := Build(tensors, tp, opt)
 		if err != nil {
 			t.Fatalf("case %d (%s): %v", i, route, err)

@@ -204,9 +204,19 @@ func (b *builder) quantInput(ti, rank int) int32 {
 		r := b.regions[w]
 		box := r.SrcSlots[r.SrcSlotOf(rank)].Box
 		in := b.placedAs(ir.Input, w, rank, box, t.Src.DType)
-		q.fp8 = b.placedAs(ir.Staging, w, rank, box, t.Dst.DType)
-		q.scale = b.placedAs(ir.Staging, w+1, rank, t.Quant.ScaleBox(t.Src.Shape, box), layout.FP32)
-		q.op = b.quantize(rank, in, q.fp8, q.scale, nil)
+		if out, sout, ok := b.quantOutputs(w, rank, box); ok {
+			// The rank also holds the shard at the destination: quantize
+			// straight into its outputs, which the route then reads as
+			// the rank's input (no local copy, no fp8 staging).
+			dst, _ := b.boxIn(out, box)
+			sdst, _ := b.boxIn(sout, t.Quant.ScaleBox(t.Src.Shape, box))
+			q.fp8, q.scale = out, sout
+			q.op = b.quantizeInto(rank, ir.Region{Buf: in, Bytes: b.s.Buffers[in].Bytes}, dst, sdst)
+		} else {
+			q.fp8 = b.placedAs(ir.Staging, w, rank, box, t.Dst.DType)
+			q.scale = b.placedAs(ir.Staging, w+1, rank, t.Quant.ScaleBox(t.Src.Shape, box), layout.FP32)
+			q.op = b.quantize(rank, in, q.fp8, q.scale, nil)
+		}
 		for len(b.pre) < len(b.s.Buffers) {
 			b.pre = append(b.pre, 0)
 		}
@@ -229,6 +239,53 @@ func (b *builder) quantize(rank int, src, dst, scale int32, deps []int32) int32 
 	}
 	b.s.QuantScale[id] = whole(scale)
 	return id
+}
+
+// quantizeInto adds a quantize op of regions: src into dst and scale.
+func (b *builder) quantizeInto(rank int, src, dst, scale ir.Region) int32 {
+	b.add(ir.Op{Kind: ir.Quantize, Rank: int32(rank), Peer: -1, Match: -1, Src: src, Dst: dst}, nil)
+	id := int32(len(b.s.Ops) - 1)
+	if b.s.QuantScale == nil {
+		b.s.QuantScale = map[int32]ir.Region{}
+	}
+	b.s.QuantScale[id] = scale
+	return id
+}
+
+// quantOutputs returns, when source rank rank of weight w (quantized at
+// the source, routed flat or hierarchical) is also a destination whose
+// shard holds its source box, its fp8 output of w and its output of w's
+// scale tensor (made now, and returned by output when the scale tensor is
+// routed).
+func (b *builder) quantOutputs(w, rank int, box layout.Box) (out, sout int32, ok bool) {
+	r, rs := b.regions[w], b.regions[w+1]
+	slot, _ := r.DstSlotOf(rank)
+	sslot, _ := rs.DstSlotOf(rank)
+	// flat and hierarchical have a rank that holds bytes it needs copy them
+	// (the copy skipped here); agbcast and nemo-legacy write every output
+	// byte from their broadcast.
+	if route := b.s.Route; route != Flat && route != Hierarchical || b.building != w ||
+		slot < 0 || sslot < 0 || !r.DstSlots[slot].Box.Contains(box) {
+		return 0, 0, false
+	}
+	// Only where the source box is contiguous in the output, and so is
+	// its scale box: then every contribution contiguous in the shard is
+	// contiguous in the output too, and the route packs nothing it would
+	// not have packed from the shard.
+	t := &b.s.Tensors[w]
+	if n, _ := box.Runs(r.DstSlots[slot].Box.Size); n != 1 {
+		return 0, 0, false
+	}
+	if n, _ := t.Quant.ScaleBox(t.Src.Shape, box).Runs(rs.DstSlots[sslot].Box.Size); n != 1 {
+		return 0, 0, false
+	}
+	out = b.output(w, rank)
+	sout = b.placed(ir.Output, w+1, rank, rs.DstSlots[sslot].Box)
+	if b.presetOut == nil {
+		b.presetOut = map[int64]int32{}
+	}
+	b.presetOut[int64(w+1)<<32|int64(rank)] = sout
+	return out, sout, true
 }
 
 // quantizeAtDest adds, after the route of tensor ti (quantized at the

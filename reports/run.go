@@ -19,6 +19,7 @@ type runRecord struct {
 	Backend      string         `json:"backend"`
 	Launch       string         `json:"launch"`
 	Mode         string         `json:"mode"`
+	Transport    string         `json:"transport"`
 	Device       string         `json:"device"`
 	UniqueBytes  int64          `json:"unique_bytes"`
 	Measured     float64        `json:"measured_s"`
@@ -60,6 +61,7 @@ func runJSON(r *Row) runRecord {
 	if run.Ran() {
 		rec.Measured, rec.MeasuredMin, rec.MeasuredMax = run.Median().Seconds(), run.Times[0].Seconds(), run.Times[len(run.Times)-1].Seconds()
 		rec.Mode, rec.Device, rec.Verified, rec.CheckedBytes, rec.WrongElems = run.Mode, run.Device, run.Verified, run.CheckedBytes, run.WrongElems
+		rec.Transport = run.Transport
 		rec.Groups, rec.GroupCap, rec.HostIssue = run.Groups, run.GroupCapBytes, run.HostIssue.Seconds()
 		rec.PeakDevice, rec.Staging, rec.Ops = run.PeakDeviceBytes, run.StagingBytes, r.Ops
 		rec.ProfileError = run.ProfileErr

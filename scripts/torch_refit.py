@@ -44,13 +44,33 @@ def shard_dim(layout, world):
     return int(m.group(1))
 
 
+CHUNK = 1 << 26  # elements a pattern is made or checked in at a time
+
+
+def pattern_chunk(lo, hi, tid, dtype, dev):
+    """Small integers (exact in bf16) of flat global indices [lo, hi)."""
+    g = torch.arange(lo, hi, device=dev, dtype=torch.int64)
+    g.mul_(7).add_(tid).remainder_(251)
+    return g.to(dtype)
+
+
 def pattern(shape, tid, dtype, dev):
-    """Small integers (exact in bf16) from each element's global index."""
-    n = 1
-    for s in shape:
-        n *= s
-    g = torch.arange(n, device=dev, dtype=torch.int64)
-    return ((g * 7 + tid) % 251).to(dtype).view(shape)
+    """The whole tensor's pattern, made a chunk at a time."""
+    out = torch.empty(shape, dtype=dtype, device=dev)
+    flat = out.view(-1)
+    for lo in range(0, flat.numel(), CHUNK):
+        hi = min(lo + CHUNK, flat.numel())
+        flat[lo:hi] = pattern_chunk(lo, hi, tid, dtype, dev)
+    return out
+
+
+def matches(out, tid):
+    flat = out.view(-1)
+    for lo in range(0, flat.numel(), CHUNK):
+        hi = min(lo + CHUNK, flat.numel())
+        if not torch.equal(flat[lo:hi], pattern_chunk(lo, hi, tid, out.dtype, out.device)):
+            return False
+    return True
 
 
 def main():
@@ -89,7 +109,7 @@ def main():
 
     def check(method):
         for tid, name, _, _, out in tensors:
-            if not torch.equal(out, pattern(list(out.shape), tid, out.dtype, dev)):
+            if not matches(out, tid):
                 raise SystemExit(f"torch_refit {method}: {name} differs on rank {rank}")
 
     def per_tensor():

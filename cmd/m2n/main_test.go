@@ -56,7 +56,8 @@ func TestGolden(t *testing.T) {
 		{"sim-trace-needs-one", []string{"sim", "--trace", "t.json", "paper-ffn-moe"}},
 		{"sim-ir-needs-topology", []string{"sim", "--ir", "x.json"}},
 		{"sim-paper-2gpu-references", []string{"sim", "paper-2gpu"}},
-		{"run-nccl-graph-refused", []string{"run", "--backend", "nccl", "--graph", "paper-2gpu"}},
+		{"run-nccl-graph-refused", []string{"run", "--backend", "nccl", "--transport", "nccl", "--graph", "paper-2gpu"}},
+		{"run-bad-transport", []string{"run", "--backend", "nccl", "--transport", "bogus", "paper-2gpu"}},
 		{"sim-workload-tiny", []string{"sim", "testdata/scenarios/workload-tiny.toml"}},
 		{"plan-workload-check", []string{"plan", "--check", "--route", "nemo-legacy,hierarchical", "testdata/scenarios/workload-tiny.toml"}},
 		// FP8 in flight: every fp8 byte and scale checked on the host, each site.

@@ -28,6 +28,7 @@ func runOf(backend string, iters int, res *native.Result, err error) *evaluate.R
 	if res != nil {
 		run.Times = slices.Sorted(slices.Values(res.Times))
 		run.Mode, run.Device, run.Verified, run.CheckedBytes, run.WrongElems, run.FirstWrong = res.Mode, res.Device, res.Verified, res.CheckedBytes, res.WrongElems, res.FirstWrong
+		run.Transport = res.Transport
 		run.Groups, run.GroupCapBytes, run.HostIssue = res.Waves, res.WaveCapBytes, res.HostIssue
 		run.PeakDeviceBytes, run.StagingBytes = res.PeakDeviceBytes, res.StagingBytes
 		run.ProfileErr = res.ProfileErr
@@ -62,7 +63,7 @@ nccl runs one rank per GPU, over all local GPUs in one process, or one
 process per GPU under torchrun, srun or mpirun.`)
 	asJSON := fs.Bool("json", false, "print JSON on stdout (fields in docs/cli.md)")
 	backend := fs.String("backend", native.Loopback, "loopback or nccl")
-	transport := fs.String("transport", "", "loopback: copy (device copies, the default) or nccl (self send/recv); nccl: nccl (the default) or copy (NVLink peer copies, one process)")
+	transport := fs.String("transport", "", "loopback: copy (device copies, the default) or nccl (self send/recv); nccl: auto (the default: copies between GPUs of one host, NCCL where copies cannot reach), nccl, or copy (NVLink peer copies; CUDA IPC with one process per GPU)")
 	device := fs.Int("device", 0, "loopback: the GPU to run on")
 	iters := fs.Int("iters", 5, "timed iterations")
 	warmup := fs.Int("warmup", 2, "untimed iterations first")
@@ -97,11 +98,18 @@ process per GPU under torchrun, srun or mpirun.`)
 		}
 		wb = int64(b)
 	}
+	switch {
+	case *backend == native.Loopback && *transport != "" && *transport != native.TransportCopy && *transport != native.TransportNCCL:
+		return usagef("--transport %q with --backend loopback: want copy or nccl", *transport)
+	case *backend == native.NCCL && *transport != "" && *transport != native.TransportAuto && *transport != native.TransportCopy && *transport != native.TransportNCCL:
+		return usagef("--transport %q with --backend nccl: want auto, nccl or copy", *transport)
+	}
 	opt := native.Options{Backend: *backend, Transport: *transport, Device: *device, Iters: *iters, Warmup: *warmup,
-		Graph: *graph, Lanes: *lanes, Timeout: *timeout, WaveBytes: wb, Profile: *profile}
+		Graph: *graph, GraphStrict: graphSet && *graph, Lanes: *lanes, Timeout: *timeout, WaveBytes: wb, Profile: *profile}
 	// CUDA graphs of NCCL send/recv failed or hung (docs/native.md): off by
-	// default with the nccl transport, refused when asked for.
-	if *transport == native.TransportNCCL || *backend == native.NCCL && *transport != native.TransportCopy {
+	// default with the nccl transport, refused when asked for; with auto,
+	// off where it resolves to NCCL.
+	if *transport == native.TransportNCCL {
 		if graphSet && *graph {
 			return usagef("--graph with the nccl transport: CUDA graphs of NCCL send/recv are not supported (docs/native.md); leave --graph out, or use --transport copy")
 		}
@@ -191,8 +199,14 @@ process per GPU under torchrun, srun or mpirun.`)
 		if err != nil {
 			res = nil // a run that failed measured nothing
 		} else {
-			var model evaluate.Record // the GPU ran: model the same schedule
-			if model, _, err = evaluate.Schedule(s, tp, eopt); err != nil {
+			// The GPU ran: model the same schedule, with the transport
+			// and graphs it ran with (auto resolves on the GPUs).
+			ropt := eopt
+			if *backend == native.NCCL {
+				ropt.Sim.Exec.Transport, ropt.Sim.Exec.Graph = res.Transport, res.Graph
+			}
+			var model evaluate.Record
+			if model, _, err = evaluate.Schedule(s, tp, ropt); err != nil {
 				err = fmt.Errorf("modeling the run: %w", err)
 			} else {
 				model.Point = j.point

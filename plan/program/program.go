@@ -369,7 +369,13 @@ type groupPlan struct {
 // pipeline: each group then holds at most capBytes per ordered pair, chosen
 // to balance a group's fixed cost against the pipeline's fill (see
 // autoWaveBytes).
-const groupCostBytes = 6 << 20 // one group's fixed cost in bytes of link time: ~15 us at ~350 GB/s (docs/calibration.md)
+// groupCostBytes is one group's cost in bytes of link time. Alone, a group
+// costs about 15 us (docs/calibration.md); inside a whole model, with
+// unpacks and local copies sharing the GPU, cutting dense-2gpu's flat
+// schedule into 39 groups instead of 9 cost 2.2 ms, about 73 us a group
+// (23 MB at 313 GB/s), and the last group's unpacks run at the shared
+// GPU's slower copy rate: 64 MiB (docs/native.md).
+const groupCostBytes = 64 << 20
 
 // assignGroups cuts the transfers into groups; waveBytes > 0 fixes the
 // per-pair cap, 0 chooses it from the schedule, < 0 means no cap.
