@@ -25,7 +25,6 @@ import (
 	"github.com/m2n-project/m2n/kernels"
 	"github.com/m2n-project/m2n/model/units"
 	"github.com/m2n-project/m2n/plan/ir"
-	"github.com/m2n-project/m2n/plan/program"
 )
 
 // CUDA constants.
@@ -621,17 +620,11 @@ var (
 
 const shortBlock, shortBlocksPer = 256, 8
 
-func (g *cudaGPU) copyOn(dst, src uint64, n int64, blocks int, st handle) error {
-	a, kernel, err := planBoxCopy(view{src, []int64{n}, []int64{0}}, view{dst, []int64{n}, []int64{0}}, []int64{n}, 1)
-	if err != nil {
-		return err
-	}
-	if !strings.Contains(kernel, "long") || n < program.LongRunBytes {
-		return g.copy(dst, src, n, st)
-	}
+func (g *cudaGPU) copyOn(a *boxArgs, kernel string, blocks int, st handle) error {
 	dev := g.owner[st]
 	grid := min(a.Runs*a.SegsPerRun, int64(blocks))
-	return g.launch(dev, kernel, int(max(grid, 1)), copyBlock, st, unsafe.Pointer(&a), unsafe.Sizeof(a), 0, 1)
+	args := *a
+	return g.launch(dev, kernel, int(max(grid, 1)), copyBlock, st, unsafe.Pointer(&args), unsafe.Sizeof(args), 0, 1)
 }
 
 func (g *cudaGPU) boxCopy(a *boxArgs, kernel string, st handle) error {

@@ -131,9 +131,9 @@ type gpu interface {
 	sync(st handle) error
 	copy(dst, src uint64, n int64, st handle) error
 	boxCopy(a *boxArgs, kernel string, st handle) error
-	// copyOn copies n contiguous bytes with m2n's copy kernel on at most
+	// copyOn runs a contiguous copy's long-run box-copy kernel on at most
 	// blocks blocks, leaving the other SMs to a concurrent NCCL kernel.
-	copyOn(dst, src uint64, n int64, blocks int, st handle) error
+	copyOn(a *boxArgs, kernel string, blocks int, st handle) error
 	// batchCopy runs box_copy_batch: many box copies from descriptors in
 	// device memory; shared: leave most multiprocessors to a concurrent
 	// NCCL kernel (waves mode).
@@ -1031,7 +1031,15 @@ func (x *Executor) planLocal(i int32) (localPlan, error) {
 	if !op.Src.IsBox() && !op.Dst.IsBox() {
 		lp := localPlan{kind: lpCopy, dst: x.addr(op.Dst), src: x.addr(op.Src), n: op.Src.Bytes}
 		if x.mode == program.Waves && x.opt.LocalCopyBlocks >= 0 {
-			lp.kind = lpCopyOn
+			// The copy kernel on a few blocks where it copies long runs;
+			// a device copy otherwise.
+			a, kernel, err := planBoxCopy(view{lp.src, []int64{lp.n}, []int64{0}}, view{lp.dst, []int64{lp.n}, []int64{0}}, []int64{lp.n}, 1)
+			if err != nil {
+				return lp, err
+			}
+			if strings.Contains(kernel, "long") && lp.n >= program.LongRunBytes {
+				lp.kind, lp.box, lp.kernel = lpCopyOn, a, kernel
+			}
 		}
 		return lp, nil
 	}
@@ -1046,7 +1054,7 @@ func (x *Executor) local1(i int32, st handle) error {
 	case lpQuant:
 		return x.g.quantize(&lp.quant, lp.kernel, st)
 	case lpCopyOn:
-		return x.g.copyOn(lp.dst, lp.src, lp.n, x.opt.LocalCopyBlocks, st)
+		return x.g.copyOn(&lp.box, lp.kernel, x.opt.LocalCopyBlocks, st)
 	case lpCopy:
 		return x.g.copy(lp.dst, lp.src, lp.n, st)
 	}

@@ -134,8 +134,8 @@ func (f *fakeGPU) copy(dst, src uint64, n int64, st handle) error {
 	f.enqueue(st, fakeOp{run: func() { copy(f.mem[dst:dst+uint64(n)], f.mem[src:src+uint64(n)]) }})
 	return nil
 }
-func (f *fakeGPU) copyOn(dst, src uint64, n int64, blocks int, st handle) error {
-	return f.copy(dst, src, n, st)
+func (f *fakeGPU) copyOn(a *boxArgs, kernel string, blocks int, st handle) error {
+	return f.boxCopy(a, kernel, st)
 }
 func (f *fakeGPU) boxCopy(a *boxArgs, kernel string, st handle) error {
 	args := *a
