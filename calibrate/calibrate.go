@@ -24,7 +24,10 @@ type Bench struct {
 	Transport string // "copy" or "nccl"
 	Graph     bool   // replay as a CUDA graph (copy transport)
 	WaveBytes int64  // as --wave-bytes (0: the executor's choice)
-	What      string // what it measures, for the report
+	// NoBatch: the executor launches every local op on its own (no batch
+	// steps), as the benches of a launch's and an event's cost need.
+	NoBatch bool
+	What    string // what it measures, for the report
 }
 
 // Sample is what the executor measured of one bench.
@@ -135,11 +138,11 @@ func Benches(gpus int) ([]Bench, error) {
 	for i := range launchOps {
 		small = append(small, tensor(fmt.Sprintf("w%d", i), launchBytes, 0, 0))
 	}
-	if err := add(Bench{Name: "launch-graph", GPUs: 1, Transport: "copy", Graph: true,
+	if err := add(Bench{Name: "launch-graph", GPUs: 1, Transport: "copy", Graph: true, NoBatch: true,
 		What: "256 copies of 64 KiB on one stream, as a CUDA graph: a copy's device latency"}, small, launchBytes); err != nil {
 		return nil, err
 	}
-	if err := add(Bench{Name: "launch", GPUs: 1, Transport: "copy",
+	if err := add(Bench{Name: "launch", GPUs: 1, Transport: "copy", NoBatch: true,
 		What: "the same, issued op by op: the host's cost of a launch"}, small, launchBytes); err != nil {
 		return nil, err
 	}
@@ -153,9 +156,9 @@ func Benches(gpus int) ([]Bench, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench events: %w", err)
 	}
-	out = append(out, Bench{Name: "events", Schedule: s, GPUs: 1, Transport: "copy",
+	out = append(out, Bench{Name: "events", Schedule: s, GPUs: 1, Transport: "copy", NoBatch: true,
 		What: "packs, copies and unpacks on their streams, each waiting for the last: the host's cost of an event"})
-	out = append(out, Bench{Name: "events-graph", Schedule: s, GPUs: 1, Transport: "copy", Graph: true,
+	out = append(out, Bench{Name: "events-graph", Schedule: s, GPUs: 1, Transport: "copy", Graph: true, NoBatch: true,
 		What: "the same as a CUDA graph: a pack or unpack kernel's start"})
 	if gpus < 2 {
 		return out, nil
@@ -227,7 +230,7 @@ func HostCounts(b *Bench, launch topo.Launch) (Counts, error) {
 		}
 		return int(r)
 	}
-	p, err := program.Compile(b.Schedule, program.Options{Dev: dev, Lanes: 4, Mode: mode, WaveBytes: b.WaveBytes, Comms: 1})
+	p, err := program.Compile(b.Schedule, program.Options{Dev: dev, Lanes: 4, Mode: mode, WaveBytes: b.WaveBytes, Comms: 1, NoBatch: b.NoBatch})
 	if err != nil {
 		return Counts{}, err
 	}

@@ -41,7 +41,7 @@ func measure(t *testing.T, tp *topo.Topology, launch topo.Launch) Input {
 		in.GPUsPerProcess = 1
 	}
 	for _, b := range bs {
-		o := sim.Options{Loopback: b.GPUs == 1, Exec: sim.Exec{Launch: launch, Transport: b.Transport, Graph: b.Graph, WaveBytes: b.WaveBytes}}
+		o := sim.Options{Loopback: b.GPUs == 1, Exec: sim.Exec{Launch: launch, Transport: b.Transport, Graph: b.Graph, WaveBytes: b.WaveBytes, NoBatch: b.NoBatch}}
 		r, err := sim.Run(b.Schedule, tp, o)
 		if err != nil {
 			t.Fatalf("%s: %v", b.Name, err)

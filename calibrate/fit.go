@@ -346,7 +346,7 @@ func (f *Fit) fitBoxLatency(in Input, measured units.Time) (units.Time, error) {
 	tp.Executor.PackLong, tp.Executor.PackShort, tp.Executor.PackStage = f.PackLong, f.PackShort, f.PackStage
 	at := func(d units.Time) (units.Time, error) {
 		tp.Executor.Costs[in.Launch] = topo.ExecCosts{BoxLatency: d, HostEvent: 1} // any cost: the model on
-		r, err := sim.Run(b.Schedule, tp, sim.Options{Loopback: true, Exec: sim.Exec{Launch: in.Launch, Transport: "copy", Graph: true}})
+		r, err := sim.Run(b.Schedule, tp, sim.Options{Loopback: true, Exec: sim.Exec{Launch: in.Launch, Transport: "copy", Graph: true, NoBatch: b.NoBatch}})
 		if err != nil {
 			return 0, err
 		}

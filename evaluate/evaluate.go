@@ -74,6 +74,7 @@ type Run struct {
 	// stream of the process finished its part of an iteration (median);
 	// ProfileErr says why a profile could not be taken.
 	StreamEnds []StreamEnd
+	GroupEnds  []units.Time // profiled, NCCL groups: when each ended on the first GPU
 	ProfileErr string
 	// Err says why the schedule did not run (Times empty), or why a run
 	// could not be modeled (the Record's model fields are then unset).

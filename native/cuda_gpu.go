@@ -432,10 +432,14 @@ func (g *cudaGPU) free(dev int, p uint64) error {
 	return g.on(dev, func() error { return cuErr("cuMemFree", C.m2n_cuMemFree(C.ull(p))) })
 }
 
-func (g *cudaGPU) newStream(dev int) (h handle, err error) {
+func (g *cudaGPU) newStream(dev int, urgent bool) (h handle, err error) {
 	err = g.on(dev, func() error {
 		var s C.uptr
-		if r := C.m2n_cuStreamCreate(&s); r != 0 {
+		if urgent && os.Getenv("M2N_STREAM_PRIORITY") != "0" {
+			if r := C.m2n_cuStreamCreateUrgent(&s); r != 0 {
+				return cuErr("cuStreamCreateWithPriority", r)
+			}
+		} else if r := C.m2n_cuStreamCreate(&s); r != 0 {
 			return cuErr("cuStreamCreate", r)
 		}
 		h = handle(s)
@@ -675,10 +679,19 @@ func (g *cudaGPU) fill(a *patternArgs, st handle) error {
 	return g.launch(dev, "fill", int(max(grid, 1)), 256, st, unsafe.Pointer(&args), unsafe.Sizeof(args), 0, 1)
 }
 
-func (g *cudaGPU) quantize(a *quantArgs, kernel string, st handle) error {
+// quantBlocksShared, when positive, is the most thread blocks a quantize
+// kernel runs on beside NCCL kernels (waves mode); 0 leaves its own
+// geometry. M2N_QUANT_BLOCKS sets it, to measure.
+var quantBlocksShared = envInt("M2N_QUANT_BLOCKS", 0)
+
+func (g *cudaGPU) quantize(a *quantArgs, kernel string, shared bool, st handle) error {
 	dev := g.owner[st]
 	args := *a
-	threads, grid := quantGrid(kernel, a.Lead*a.NBR*a.NBC, g.sms[dev])
+	most := 0
+	if shared {
+		most = quantBlocksShared
+	}
+	threads, grid := quantGrid(kernel, a.Lead*a.NBR*a.NBC, g.sms[dev], most)
 	return g.launch(dev, kernel, int(max(grid, 1)), threads, st, unsafe.Pointer(&args), unsafe.Sizeof(args), 0, 1)
 }
 
@@ -1163,7 +1176,7 @@ func CopyBandwidth(dev int, n int64) (units.Bandwidth, error) {
 		return 0, err
 	}
 	defer g.free(dev, a)
-	st, err := g.newStream(dev)
+	st, err := g.newStream(dev, false)
 	if err != nil {
 		return 0, err
 	}
@@ -1284,7 +1297,7 @@ func TimeBoxCopy(dev int, full, start, size []int64, elem int64, reps int) (pack
 	if err != nil {
 		return nil, nil, nil, "", err
 	}
-	st, err := g.newStream(dev)
+	st, err := g.newStream(dev, false)
 	if err != nil {
 		return nil, nil, nil, "", err
 	}
@@ -1346,7 +1359,7 @@ func TimeQuantize(dev int, full, start, size []int64, reps int) (times []units.T
 	}
 	scale := out + uint64((n+255)&^255)
 	a, kernel := planQuantArrays(src+uint64(2*off), out, scale, sst, rowMajor(size), rowMajor(sb), size, 128, 128, 1, 2)
-	st, err := g.newStream(dev)
+	st, err := g.newStream(dev, false)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -1354,7 +1367,7 @@ func TimeQuantize(dev int, full, start, size []int64, reps int) (times []units.T
 	if err != nil {
 		return nil, 0, err
 	}
-	if times, err = tm.runs(reps, func() error { return g.quantize(&a, kernel, st) }); err != nil {
+	if times, err = tm.runs(reps, func() error { return g.quantize(&a, kernel, false, st) }); err != nil {
 		return nil, 0, err
 	}
 	return times, 2*n + n + 4*nsc, nil

@@ -108,6 +108,9 @@ type Result struct {
 	// StreamEnds is, with Options.Profile, when each stream finished
 	// (ProfileErr says why not, where the device could not time it).
 	StreamEnds []StreamEnd
+	// GroupEnds is, with Options.Profile in waves mode, when each NCCL
+	// group of an iteration ended on the first GPU's NCCL stream (median).
+	GroupEnds  []units.Time
 	ProfileErr string
 }
 
@@ -123,7 +126,9 @@ type gpu interface {
 	memInfo(dev int) (free, total int64, err error)
 	alloc(dev int, n int64) (uint64, error)
 	free(dev int, p uint64) error
-	newStream(dev int) (handle, error)
+	// newStream makes a stream; urgent: of the highest priority, for the
+	// NCCL streams, whose kernels must not queue behind local work.
+	newStream(dev int, urgent bool) (handle, error)
 	newEvent(dev int, timing bool) (handle, error)
 	record(ev, st handle) error
 	wait(st, ev handle) error
@@ -144,7 +149,7 @@ type gpu interface {
 	verify(a *patternArgs, st handle) (bad, first int64, err error)
 	// quantize runs a quantize op's kernel; verifyQuant checks an output
 	// of a quantized tensor (fp8 bytes or scales) as verify does.
-	quantize(a *quantArgs, kernel string, st handle) error
+	quantize(a *quantArgs, kernel string, shared bool, st handle) error
 	verifyQuant(a *quantCheckArgs, st handle) (bad, first int64, err error)
 	// NCCL, for the waves mode.
 	groupStart() error
@@ -188,7 +193,13 @@ type Executor struct {
 	joinEv  []handle       // per stream: recorded at its end of an iteration
 	startEv map[int]handle
 	devT0   map[int]handle // Profile: per device, a timing event at its start of an iteration
-	t0, t1  handle         // timing events on the first device's origin stream
+	// Profile, waves mode: a timing event recorded after each NCCL group
+	// on the first device's first NCCL stream, and that stream; groupNo
+	// counts the groups of the iteration being issued.
+	groupEv []handle
+	groupSt handle
+	groupNo int
+	t0, t1  handle // timing events on the first device's origin stream
 	graph   handle
 	// Waves mode: events of a group's transfers, recorded after the group
 	// ends (NCCL enqueues a group's work at ncclGroupEnd).
@@ -322,7 +333,12 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 	for _, k := range prog.Streams {
 		var st handle
 		if k.Dev >= 0 {
-			if st, err = g.newStream(k.Dev); err != nil {
+			// NCCL kernels at the highest priority: launched behind a
+			// lane's queue of quantize or copy kernels that fill the GPU,
+			// a group would start only when the queue drains (moe-2gpu in
+			// FP8: the first group ended 13.5 ms into the iteration, just
+			// after 384 quantize kernels; docs/native.md).
+			if st, err = g.newStream(k.Dev, k.Lane < 0); err != nil {
 				x.Close()
 				return nil, err
 			}
@@ -357,7 +373,7 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 		x.events = append(x.events, ev)
 	}
 	for _, d := range x.devices {
-		st, err := g.newStream(d)
+		st, err := g.newStream(d, false)
 		if err != nil {
 			x.Close()
 			return nil, err
@@ -375,6 +391,22 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 				x.Close()
 				return nil, err
 			}
+		}
+		for i, k := range prog.Streams {
+			if k.Dev == x.devices[0] && k.Lane < 0 && x.groupSt == 0 {
+				x.groupSt = x.streams[i]
+			}
+		}
+		for range prog.Groups {
+			if x.groupSt == 0 {
+				break
+			}
+			ev, err := g.newEvent(x.devices[0], true)
+			if err != nil {
+				x.Close()
+				return nil, err
+			}
+			x.groupEv = append(x.groupEv, ev)
 		}
 	}
 	for i := range x.streams {
@@ -504,6 +536,7 @@ func (x *Executor) Run() (_ *Result, err error) {
 	}
 	var issue []units.Time
 	ends := make([][]units.Time, len(x.streams))
+	var gends [][]units.Time
 	for range x.opt.Iters {
 		if err := x.timed(); err != nil {
 			return nil, err
@@ -526,12 +559,28 @@ func (x *Executor) Run() (_ *Result, err error) {
 				}
 				ends[i] = append(ends[i], e)
 			}
+			if len(gends) == 0 {
+				gends = make([][]units.Time, len(x.groupEv))
+			}
+			for k, ev := range x.groupEv {
+				e, err := x.g.elapsed(x.devT0[x.devices[0]], ev)
+				if err != nil {
+					res.ProfileErr = err.Error()
+					break
+				}
+				gends[k] = append(gends[k], e)
+			}
 		}
 	}
 	slices.Sort(issue)
 	res.HostIssue = issue[len(issue)/2]
 	if x.opt.Profile && res.ProfileErr == "" {
 		res.StreamEnds = x.streamEnds(ends)
+		for _, ge := range gends {
+			if len(ge) > 0 {
+				res.GroupEnds = append(res.GroupEnds, medianTime(ge))
+			}
+		}
 	}
 	// Outputs are rewritten with the same bytes each iteration: check again,
 	// keeping the first failure's report.
@@ -723,6 +772,7 @@ func (x *Executor) iteration() error {
 			}
 		}
 	}
+	x.groupNo = 0
 	for k := range x.prog.Steps {
 		if err := x.issue(k); err != nil {
 			return err
@@ -787,6 +837,12 @@ func (x *Executor) issue(k int) error {
 				return err
 			}
 		}
+		if x.groupNo < len(x.groupEv) {
+			if err := g.record(x.groupEv[x.groupNo], x.groupSt); err != nil {
+				return err
+			}
+		}
+		x.groupNo++
 		return nil
 	}
 	op := &x.s.Ops[st.Op]
@@ -1052,7 +1108,7 @@ func (x *Executor) local1(i int32, st handle) error {
 	lp := &x.lps[x.lpOf[i]]
 	switch lp.kind {
 	case lpQuant:
-		return x.g.quantize(&lp.quant, lp.kernel, st)
+		return x.g.quantize(&lp.quant, lp.kernel, x.mode == program.Waves, st)
 	case lpCopyOn:
 		return x.g.copyOn(&lp.box, lp.kernel, x.opt.LocalCopyBlocks, st)
 	case lpCopy:

@@ -69,7 +69,7 @@ func (f *fakeGPU) alloc(dev int, n int64) (uint64, error) {
 	return p + 1<<20*0, nil
 }
 func (f *fakeGPU) free(int, uint64) error { return nil }
-func (f *fakeGPU) newStream(dev int) (handle, error) {
+func (f *fakeGPU) newStream(dev int, urgent bool) (handle, error) {
 	h := f.nextH
 	f.nextH++
 	f.devOf[h] = dev
@@ -218,7 +218,7 @@ func (f *fakeGPU) verify(a *patternArgs, st handle) (int64, int64, error) {
 	})
 	return bad, first, nil
 }
-func (f *fakeGPU) quantize(a *quantArgs, kernel string, st handle) error {
+func (f *fakeGPU) quantize(a *quantArgs, kernel string, shared bool, st handle) error {
 	args := *a
 	f.quantKernels[kernel]++
 	f.enqueue(st, fakeOp{run: func() {

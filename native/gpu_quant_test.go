@@ -80,7 +80,7 @@ func runQuantCase(t *testing.T, g *cudaGPU, dev int, st handle, rng *rand.Rand, 
 			rowMajor(append(append([]int64(nil), c.size[:nd-2]...), sb...)), c.size, c.br, c.bc, sdt, elem)
 	}
 	a, kernel := plan(base)
-	if err := g.quantize(&a, kernel, st); err != nil {
+	if err := g.quantize(&a, kernel, false, st); err != nil {
 		t.Fatal(err)
 	}
 	if err := g.sync(st); err != nil {
@@ -303,7 +303,7 @@ func TestGPUFP8Bits(t *testing.T) {
 	g.upload(dev, src, blk)
 	size := []int64{nb, 128, 128}
 	qa, kernel := planQuantArrays(src, out, sc, rowMajor(size), rowMajor(size), rowMajor([]int64{nb, 1, 1}), size, 128, 128, 1, 2)
-	if err := g.quantize(&qa, kernel, st); err != nil {
+	if err := g.quantize(&qa, kernel, false, st); err != nil {
 		t.Fatal(err)
 	}
 	g.sync(st)
@@ -379,8 +379,8 @@ func BenchmarkGPUQuantize(b *testing.B) {
 			// The general vector kernel beside the chosen one, in one loop.
 			var tq, tg, tc units.Time
 			for b.Loop() {
-				tq = timeIt(func() error { return g.quantize(&qa, kernel, st) })
-				tg = timeIt(func() error { return g.quantize(&qa, "quantize_e4m3_8", st) })
+				tq = timeIt(func() error { return g.quantize(&qa, kernel, false, st) })
+				tg = timeIt(func() error { return g.quantize(&qa, "quantize_e4m3_8", false, st) })
 				tc = timeIt(func() error { return g.copy(cp, src, 2*n, st) })
 			}
 			qbw := float64(2*n+n+4*nsc) / tq.Seconds() / 1e9

@@ -141,13 +141,22 @@ func planQuantArrays(src, dst, scale uint64, sst, dstS, scS, size []int64, br, b
 // quantGrid is the launch of a quantize kernel over nb quantization blocks
 // on a GPU of sms multiprocessors: threads a thread block, and thread
 // blocks. The 128 x 128 kernels run two thread blocks a multiprocessor,
-// each taking an equal share of the blocks (measured fastest, docs/native.md).
-func quantGrid(kernel string, nb int64, sms int) (threads int, grid int64) {
+// each taking an equal share of the blocks (measured fastest,
+// docs/native.md); most > 0 caps the thread blocks (beside NCCL kernels).
+func quantGrid(kernel string, nb int64, sms, most int) (threads int, grid int64) {
 	if strings.HasPrefix(kernel, "quantize_e4m3_b128_") {
-		per := (nb + 2*int64(sms) - 1) / (2 * int64(sms))
+		blocks := 2 * int64(sms)
+		if most > 0 {
+			blocks = min(blocks, int64(most))
+		}
+		per := (nb + blocks - 1) / blocks
 		return 128, (nb + per - 1) / per
 	}
-	return 256, min(nb, int64(8*sms))
+	grid = min(nb, int64(8*sms))
+	if most > 0 {
+		grid = min(grid, int64(most))
+	}
+	return 256, grid
 }
 
 // planQuantCheck computes the check of an output buffer of a quantized

@@ -41,6 +41,7 @@ type runRecord struct {
 	Staging      int64          `json:"staging_bytes"`
 	Iterations   int            `json:"iterations"`
 	StreamEnds   []streamEnd    `json:"stream_ends,omitempty"`   // with --profile
+	GroupEnds    []float64      `json:"group_ends_s,omitempty"`  // with --profile, NCCL groups
 	ProfileError string         `json:"profile_error,omitempty"` // with --profile, why there is no profile
 	Error        string         `json:"error,omitempty"`         // why the run did not happen, or could not be modeled
 }
@@ -67,6 +68,9 @@ func runJSON(r *Row) runRecord {
 		rec.ProfileError = run.ProfileErr
 		for _, se := range run.StreamEnds {
 			rec.StreamEnds = append(rec.StreamEnds, streamEnd{se.Device, se.Stream, se.End.Seconds()})
+		}
+		for _, ge := range run.GroupEnds {
+			rec.GroupEnds = append(rec.GroupEnds, ge.Seconds())
 		}
 	}
 	if run.Err != nil {
@@ -146,6 +150,13 @@ func writeProfiles(w io.Writer, rows []Row) error {
 		}
 		if err := tw.Flush(); err != nil {
 			return err
+		}
+		if len(run.GroupEnds) > 0 {
+			fmt.Fprint(w, "NCCL groups ended at (the first GPU):")
+			for _, ge := range run.GroupEnds {
+				fmt.Fprintf(w, " %s", ge)
+			}
+			fmt.Fprintln(w)
 		}
 	}
 	return nil

@@ -35,6 +35,9 @@ type Exec struct {
 	// Graph: each iteration is replayed as a CUDA graph (the copy
 	// transport's default), so the host issues nothing op by op.
 	Graph bool
+	// NoBatch: every local op its own launch, as the executor runs with
+	// Options.NoBatch (calibrate's launch and event benches).
+	NoBatch bool
 }
 
 // modeled is a schedule rewritten as the executor runs it: one op per
@@ -76,7 +79,7 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 		}
 		return world[int(r)].GPU
 	}
-	po := program.Options{Dev: dev, Lanes: ex.Lanes, Mode: program.Waves, WaveBytes: ex.WaveBytes, Comms: 1}
+	po := program.Options{Dev: dev, Lanes: ex.Lanes, Mode: program.Waves, WaveBytes: ex.WaveBytes, Comms: 1, NoBatch: ex.NoBatch}
 	if po.Lanes == 0 {
 		po.Lanes = 4
 	}
@@ -190,12 +193,15 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 					lw = tp.LatencyLocal + costs.BoxLatency
 				}
 			}
+			// The kernel starts once every member's dependencies are met
+			// (the executor waits for all their events before launching).
+			all := deps(members...)
+			if hasPrev {
+				all = append(all, prev)
+			}
 			for _, o := range members {
 				op := s.Ops[o]
-				ds := deps(o)
-				if hasPrev {
-					ds = append(ds, prev)
-				}
+				ds := all
 				coef := quantCoef
 				if op.Kind != ir.Quantize {
 					coef = packRate(program.ClassOf(s, &op))

@@ -31,7 +31,7 @@ func runOf(backend string, iters int, res *native.Result, err error) *evaluate.R
 		run.Transport = res.Transport
 		run.Groups, run.GroupCapBytes, run.HostIssue = res.Waves, res.WaveCapBytes, res.HostIssue
 		run.PeakDeviceBytes, run.StagingBytes = res.PeakDeviceBytes, res.StagingBytes
-		run.ProfileErr = res.ProfileErr
+		run.ProfileErr, run.GroupEnds = res.ProfileErr, res.GroupEnds
 		for _, se := range res.StreamEnds {
 			run.StreamEnds = append(run.StreamEnds, evaluate.StreamEnd{Device: se.Device, Stream: se.Stream, End: se.End})
 		}

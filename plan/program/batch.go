@@ -22,10 +22,11 @@ func Batchable(k ir.OpKind) bool { return k == ir.Copy || k == ir.Pack || k == i
 //   - every event it waits for was recorded before the batch's first
 //     member was issued, or where an event a member waits for was recorded
 //     (so joining delays no member: in waves mode, the events of one
-//     group's transfers are recorded together when the group ends), or by
-//     a local op of a stream whose events the batch waits for already (a
-//     pack or quantize lane: the members wait a little longer, for local
-//     work, never for the network);
+//     group's transfers are recorded together when the group ends). Not
+//     a later event of a lane the batch waits on already: the copies into
+//     the scale slabs, batched across quantize events, made the first
+//     slab, and the NCCL group that carries it, wait for every quantize
+//     (moe-2gpu in FP8: a group ended 14 ms late; docs/native.md);
 //
 // and a batch closes when any later step waits for an event of one of its
 // members (a member's event is recorded only after the whole batch, and a
@@ -33,11 +34,8 @@ func Batchable(k ir.OpKind) bool { return k == ir.Copy || k == ir.Pack || k == i
 // kind runs on its stream.
 func batchLocals(s *ir.Schedule, steps []Step, streams, events int, m Mode) []Step {
 	// recPos: the step after which each event is recorded; a transfer's in
-	// waves mode when its group ends. byLocal: a local op records it (on
-	// recStream).
+	// waves mode when its group ends.
 	recPos := make([]int32, events)
-	byLocal := make([]bool, events)
-	recStream := make([]int32, events)
 	var inGroup []int32 // events of the open group
 	note := func(e int32, at int) {
 		if e >= 0 {
@@ -68,16 +66,12 @@ func batchLocals(s *ir.Schedule, steps []Step, streams, events int, m Mode) []St
 			}
 		default:
 			note(st.Record, k)
-			if st.Record >= 0 {
-				byLocal[st.Record], recStream[st.Record] = true, int32(st.Stream)
-			}
 		}
 	}
 	type batch struct {
 		members []int // step indices
 		first   int
 		waitPos []int32
-		local   []int32 // streams of local ops whose events the batch waits for
 		spans   []span
 	}
 	open := make([]*batch, streams)
@@ -142,7 +136,7 @@ func batchLocals(s *ir.Schedule, steps []Step, streams, events int, m Mode) []St
 			continue
 		}
 		sp[0], sp[1] = spanOf(s, op.Src, false), spanOf(s, op.Dst, true)
-		if b := open[st.Stream]; b != nil && !joins(b.members, b.first, b.waitPos, b.local, b.spans, sp[:], st.Waits, recPos, byLocal, recStream) {
+		if b := open[st.Stream]; b != nil && !joins(b.members, b.first, b.waitPos, b.spans, sp[:], st.Waits, recPos) {
 			finish(st.Stream)
 		}
 		b := open[st.Stream]
@@ -154,9 +148,6 @@ func batchLocals(s *ir.Schedule, steps []Step, streams, events int, m Mode) []St
 		b.spans = append(b.spans, sp[0], sp[1])
 		for _, e := range st.Waits {
 			b.waitPos = append(b.waitPos, recPos[e])
-			if byLocal[e] && !slices.Contains(b.local, recStream[e]) {
-				b.local = append(b.local, recStream[e])
-			}
 		}
 		if st.Record >= 0 {
 			owner[st.Record] = int32(st.Stream)
@@ -176,14 +167,11 @@ func batchLocals(s *ir.Schedule, steps []Step, streams, events int, m Mode) []St
 
 // joins reports whether a local op with spans sp and waits may join an
 // open batch (see batchLocals).
-func joins(members []int, first int, waitPos, local []int32, spans, sp []span, waits []int32, recPos []int32, byLocal []bool, recStream []int32) bool {
+func joins(members []int, first int, waitPos []int32, spans, sp []span, waits []int32, recPos []int32) bool {
 	if len(members) >= MaxBatch {
 		return false
 	}
 	for _, e := range waits {
-		if byLocal[e] && slices.Contains(local, recStream[e]) {
-			continue // a later local op of a stream the batch waits for already
-		}
 		if p := recPos[e]; int(p) >= first && !slices.Contains(waitPos, p) {
 			return false
 		}

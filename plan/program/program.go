@@ -442,6 +442,7 @@ func cutGroups(s *ir.Schedule, order []int32, capBytes int64) cutResult {
 	}
 	load := map[slot]int64{}
 	pairBytes := map[[2]int32]int64{}
+	last := map[[2]int32]int32{} // per ordered pair, the group of its last transfer
 	var res cutResult
 	for _, i := range order {
 		op := &s.Ops[i]
@@ -471,12 +472,21 @@ func cutGroups(s *ir.Schedule, order []int32, capBytes int64) cutResult {
 		k := [2]int32{op.Rank, op.Peer}
 		pairBytes[k] += op.Src.Bytes
 		res.maxPairBytes = max(res.maxPairBytes, pairBytes[k])
+		// Never before the group of the pair's previous transfer: a group
+		// waits for everything its transfers wait for, and a small
+		// transfer issued late (a slab of scales, which waits for the
+		// quantize of every weight before it) slipped into the first
+		// group's room would hold that group back (moe-2gpu in FP8: the
+		// first group ended only after every quantize, 13.4 ms into the
+		// iteration).
+		g = max(g, last[k])
 		if capBytes > 0 {
 			for load[slot{k[0], k[1], g}] > 0 && load[slot{k[0], k[1], g}]+op.Src.Bytes > capBytes {
 				g++
 			}
 		}
 		load[slot{k[0], k[1], g}] += op.Src.Bytes
+		last[k] = g
 		of[i], of[op.Match] = g, g
 		res.count = max(res.count, int(g)+1)
 	}
