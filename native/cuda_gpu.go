@@ -432,14 +432,10 @@ func (g *cudaGPU) free(dev int, p uint64) error {
 	return g.on(dev, func() error { return cuErr("cuMemFree", C.m2n_cuMemFree(C.ull(p))) })
 }
 
-func (g *cudaGPU) newStream(dev int, urgent bool) (h handle, err error) {
+func (g *cudaGPU) newStream(dev int) (h handle, err error) {
 	err = g.on(dev, func() error {
 		var s C.uptr
-		if urgent && os.Getenv("M2N_STREAM_PRIORITY") != "0" {
-			if r := C.m2n_cuStreamCreateUrgent(&s); r != 0 {
-				return cuErr("cuStreamCreateWithPriority", r)
-			}
-		} else if r := C.m2n_cuStreamCreate(&s); r != 0 {
+		if r := C.m2n_cuStreamCreate(&s); r != 0 {
 			return cuErr("cuStreamCreate", r)
 		}
 		h = handle(s)
@@ -1176,7 +1172,7 @@ func CopyBandwidth(dev int, n int64) (units.Bandwidth, error) {
 		return 0, err
 	}
 	defer g.free(dev, a)
-	st, err := g.newStream(dev, false)
+	st, err := g.newStream(dev)
 	if err != nil {
 		return 0, err
 	}
@@ -1297,7 +1293,7 @@ func TimeBoxCopy(dev int, full, start, size []int64, elem int64, reps int) (pack
 	if err != nil {
 		return nil, nil, nil, "", err
 	}
-	st, err := g.newStream(dev, false)
+	st, err := g.newStream(dev)
 	if err != nil {
 		return nil, nil, nil, "", err
 	}
@@ -1359,7 +1355,7 @@ func TimeQuantize(dev int, full, start, size []int64, reps int) (times []units.T
 	}
 	scale := out + uint64((n+255)&^255)
 	a, kernel := planQuantArrays(src+uint64(2*off), out, scale, sst, rowMajor(size), rowMajor(sb), size, 128, 128, 1, 2)
-	st, err := g.newStream(dev, false)
+	st, err := g.newStream(dev)
 	if err != nil {
 		return nil, 0, err
 	}

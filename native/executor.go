@@ -126,9 +126,7 @@ type gpu interface {
 	memInfo(dev int) (free, total int64, err error)
 	alloc(dev int, n int64) (uint64, error)
 	free(dev int, p uint64) error
-	// newStream makes a stream; urgent: of the highest priority, for the
-	// NCCL streams, whose kernels must not queue behind local work.
-	newStream(dev int, urgent bool) (handle, error)
+	newStream(dev int) (handle, error)
 	newEvent(dev int, timing bool) (handle, error)
 	record(ev, st handle) error
 	wait(st, ev handle) error
@@ -333,12 +331,7 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 	for _, k := range prog.Streams {
 		var st handle
 		if k.Dev >= 0 {
-			// NCCL kernels at the highest priority: launched behind a
-			// lane's queue of quantize or copy kernels that fill the GPU,
-			// a group would start only when the queue drains (moe-2gpu in
-			// FP8: the first group ended 13.5 ms into the iteration, just
-			// after 384 quantize kernels; docs/native.md).
-			if st, err = g.newStream(k.Dev, k.Lane < 0); err != nil {
+			if st, err = g.newStream(k.Dev); err != nil {
 				x.Close()
 				return nil, err
 			}
@@ -373,7 +366,7 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 		x.events = append(x.events, ev)
 	}
 	for _, d := range x.devices {
-		st, err := g.newStream(d, false)
+		st, err := g.newStream(d)
 		if err != nil {
 			x.Close()
 			return nil, err

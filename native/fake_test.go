@@ -69,7 +69,7 @@ func (f *fakeGPU) alloc(dev int, n int64) (uint64, error) {
 	return p + 1<<20*0, nil
 }
 func (f *fakeGPU) free(int, uint64) error { return nil }
-func (f *fakeGPU) newStream(dev int, urgent bool) (handle, error) {
+func (f *fakeGPU) newStream(dev int) (handle, error) {
 	h := f.nextH
 	f.nextH++
 	f.devOf[h] = dev

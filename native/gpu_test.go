@@ -208,7 +208,7 @@ func firstGPU(tb testing.TB) (*cudaGPU, int, handle) {
 	skipWithoutGPU(tb, err)
 	tb.Cleanup(func() { g.close() })
 	dev := devs[0].Index
-	st, _ := g.newStream(dev, false)
+	st, _ := g.newStream(dev)
 	return g, dev, st
 }
 
@@ -330,7 +330,7 @@ func BenchmarkGPUBoxCopy(b *testing.B) {
 		cases = append(cases, tc{fmt.Sprintf("random-%d", i), full, []int64{0, full[1] / 4, 0}, size, 2})
 	}
 	dev := devs[0].Index
-	st, _ := g.newStream(dev, false)
+	st, _ := g.newStream(dev)
 	timeIt := medianOf10(b, g, st)
 	for _, c := range cases {
 		var fullBytes, boxBytes int64 = c.elem, c.elem

@@ -52,8 +52,6 @@ FN(CUresult, cuMemcpyDtoH, (void*, CUdeviceptr, size_t))
 FN(CUresult, cuMemcpyDtoDAsync, (CUdeviceptr, CUdeviceptr, size_t, CUstream))
 FN(CUresult, cuMemsetD8Async, (CUdeviceptr, unsigned char, size_t, CUstream))
 FN(CUresult, cuStreamCreate, (CUstream*, unsigned))
-FN(CUresult, cuStreamCreateWithPriority, (CUstream*, unsigned, int))
-FN(CUresult, cuCtxGetStreamPriorityRange, (int*, int*))
 FN(CUresult, cuStreamDestroy, (CUstream))
 FN(CUresult, cuStreamSynchronize, (CUstream))
 FN(CUresult, cuStreamQuery, (CUstream))
@@ -152,8 +150,6 @@ int m2n_bind_cuda(void* h, char* missing, int n) {
 	SYM(h, cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
 	SYM(h, cuMemsetD8Async, "cuMemsetD8Async");
 	SYM(h, cuStreamCreate, "cuStreamCreate");
-	SYM(h, cuStreamCreateWithPriority, "cuStreamCreateWithPriority");
-	SYM(h, cuCtxGetStreamPriorityRange, "cuCtxGetStreamPriorityRange");
 	SYM(h, cuStreamDestroy, "cuStreamDestroy_v2");
 	SYM(h, cuStreamSynchronize, "cuStreamSynchronize");
 	SYM(h, cuStreamQuery, "cuStreamQuery");
@@ -242,14 +238,6 @@ CUresult m2n_cuMemcpyDtoH(void* h, ull d, size_t n) { return p_cuMemcpyDtoH(h, d
 CUresult m2n_cuMemcpyDtoDAsync(ull d, ull s, size_t n, uptr st) { return p_cuMemcpyDtoDAsync(d, s, n, (CUstream)st); }
 CUresult m2n_cuMemsetD8Async(ull d, unsigned char v, size_t n, uptr st) { return p_cuMemsetD8Async(d, v, n, (CUstream)st); }
 CUresult m2n_cuStreamCreate(uptr* s) { return p_cuStreamCreate((CUstream*)s, 1); } // non-blocking
-// A non-blocking stream of the current context's highest priority: its
-// kernels are dispatched before those of default-priority streams.
-CUresult m2n_cuStreamCreateUrgent(uptr* s) {
-	int least, greatest;
-	CUresult r = p_cuCtxGetStreamPriorityRange(&least, &greatest);
-	if (r != 0) return r;
-	return p_cuStreamCreateWithPriority((CUstream*)s, 1, greatest);
-}
 CUresult m2n_cuStreamDestroy(uptr s) { return p_cuStreamDestroy((CUstream)s); }
 CUresult m2n_cuStreamSynchronize(uptr s) { return p_cuStreamSynchronize((CUstream)s); }
 CUresult m2n_cuStreamQuery(uptr s) { return p_cuStreamQuery((CUstream)s); }
