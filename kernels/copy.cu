@@ -77,15 +77,15 @@ __device__ void box_copy_long(const BoxArgs& a) {
     for (i64 u = blockIdx.x; u < units; u += gridDim.x) copy_segment<V>(a, u);
 }
 
-// copy_runs copies the whole runs [r0, r1) of a short-run box copy with the
-// whole thread block, four vectors a thread in flight, then the bytes past
-// each run's last whole vector.
+// copy_runs copies the whole runs [r0, r1) of a short-run box copy: every
+// thread copies vectors of the flattened (run, vector) space from index t
+// on in steps of step, four at a time so that four loads are in flight;
+// the bytes past each run's last whole vector follow, one byte per thread.
 template <typename V>
-__device__ __forceinline__ void copy_runs(const BoxArgs& a, i64 r0, i64 r1) {
+__device__ __forceinline__ void copy_runs(const BoxArgs& a, i64 r0, i64 r1, i64 t, i64 step) {
     i64 n = a.run_bytes / (i64)sizeof(V);
     i64 total = (r1 - r0) * n;
-    i64 step = blockDim.x;
-    for (i64 base = threadIdx.x; base < total; base += 4 * step) {
+    for (i64 base = t; base < total; base += 4 * step) {
         V x[4];
         V* dst[4];
 #pragma unroll
@@ -106,7 +106,7 @@ __device__ __forceinline__ void copy_runs(const BoxArgs& a, i64 r0, i64 r1) {
     }
     i64 tail = a.run_bytes - n * (i64)sizeof(V);
     if (tail == 0) return;
-    for (i64 i = threadIdx.x; i < (r1 - r0) * tail; i += step) {
+    for (i64 i = t; i < (r1 - r0) * tail; i += step) {
         i64 run = i / tail, b = n * (i64)sizeof(V) + (i - run * tail);
         i64 so, dof;
         run_offsets(a, r0 + run, &so, &dof);
@@ -114,42 +114,10 @@ __device__ __forceinline__ void copy_runs(const BoxArgs& a, i64 r0, i64 r1) {
     }
 }
 
-// Short runs: every thread copies vectors of the flattened (run, vector)
-// space, four at a time so that four loads are in flight; the bytes past a
-// run's last whole vector follow, one byte per thread.
+// Short runs: the whole grid over every run (copy_runs).
 template <typename V>
 __device__ void box_copy_short(const BoxArgs& a) {
-    i64 n = a.run_bytes / (i64)sizeof(V);
-    i64 total = a.runs * n;
-    i64 step = (i64)gridDim.x * blockDim.x;
-    i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-    for (i64 base = t; base < total; base += 4 * step) {
-        V x[4];
-        V* dst[4];
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-            i64 i = base + u * step;
-            dst[u] = 0;
-            if (i < total) {
-                i64 run = i / n, k = i - run * n;
-                i64 so, dof;
-                run_offsets(a, run, &so, &dof);
-                x[u] = ((const V*)(a.src + so))[k];
-                dst[u] = (V*)(a.dst + dof) + k;
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < 4; ++u)
-            if (dst[u]) *dst[u] = x[u];
-    }
-    i64 tail = a.run_bytes - n * (i64)sizeof(V);
-    if (tail == 0) return;
-    for (i64 i = t; i < a.runs * tail; i += step) {
-        i64 run = i / tail, b = n * (i64)sizeof(V) + (i - run * tail);
-        i64 so, dof;
-        run_offsets(a, run, &so, &dof);
-        ((unsigned char*)(a.dst + dof))[b] = ((const unsigned char*)(a.src + so))[b];
-    }
+    copy_runs<V>(a, 0, a.runs, (i64)blockIdx.x * blockDim.x + threadIdx.x, (i64)gridDim.x * blockDim.x);
 }
 
 // Misaligned rows (run starts not 16-byte aligned on both sides): a warp
@@ -229,7 +197,7 @@ __device__ __forceinline__ void batch_unit(const BatchDesc& d, i64 w) {
     i64 r0 = w * d.runs_per_unit;
     i64 r1 = r0 + d.runs_per_unit;
     if (r1 > d.box.runs) r1 = d.box.runs;
-    copy_runs<V>(d.box, r0, r1);
+    copy_runs<V>(d.box, r0, r1, threadIdx.x, blockDim.x);
 }
 
 // box_copy_batch runs many box copies in one launch (the executor's batch

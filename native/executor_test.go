@@ -168,26 +168,7 @@ func TestPlanBoxCopyMatchesElementCopy(t *testing.T) {
 			mem[i] = byte(rng.IntN(256))
 		}
 		want := append([]byte(nil), mem...)
-		// Element by element.
-		idx := make([]int64, nd)
-		for {
-			so, do := int64(0), int64(0)
-			for d := range nd {
-				so = so*srcFull[d] + srcStart[d] + idx[d]
-				do = do*dstFull[d] + dstStart[d] + idx[d]
-			}
-			copy(want[int64(dstAddr)+do*elem:int64(dstAddr)+(do+1)*elem], mem[int64(srcAddr)+so*elem:int64(srcAddr)+(so+1)*elem])
-			d := nd - 1
-			for ; d >= 0; d-- {
-				if idx[d]++; idx[d] < size[d] {
-					break
-				}
-				idx[d] = 0
-			}
-			if d < 0 {
-				break
-			}
-		}
+		copyElements(want, mem, view{dstAddr, dstFull, dstStart}, view{srcAddr, srcFull, srcStart}, size, elem)
 		a, kernel, err := planBoxCopy(view{srcAddr, srcFull, srcStart}, view{dstAddr, dstFull, dstStart}, size, elem)
 		if err != nil {
 			t.Fatal(err)
@@ -247,25 +228,7 @@ func TestBatchMatchesElementCopies(t *testing.T) {
 			}
 			ds = append(ds, d)
 			boxes = append(boxes, func(want []byte) {
-				idx := make([]int64, nd)
-				for {
-					so, do := int64(0), int64(0)
-					for d := range nd {
-						so = so*srcFull[d] + srcStart[d] + idx[d]
-						do = do*dstFull[d] + dstStart[d] + idx[d]
-					}
-					copy(want[int64(dstAddr)+do*elem:int64(dstAddr)+(do+1)*elem], want[int64(srcAddr)+so*elem:int64(srcAddr)+(so+1)*elem])
-					k := nd - 1
-					for ; k >= 0; k-- {
-						if idx[k]++; idx[k] < size[k] {
-							break
-						}
-						idx[k] = 0
-					}
-					if k < 0 {
-						return
-					}
-				}
+				copyElements(want, want, view{dstAddr, dstFull, dstStart}, view{srcAddr, srcFull, srcStart}, size, elem)
 			})
 		}
 		for i := range mem {
@@ -304,5 +267,31 @@ func TestKernelArgLayout(t *testing.T) {
 	}
 	if n := unsafe.Sizeof(patternArgs{}); n != 224 {
 		t.Errorf("patternArgs is %d bytes; struct PatternArgs is 224", n)
+	}
+}
+
+// copyElements copies a box of size elements (elem bytes each) element by
+// element from src's array in from to dst's array in to (host memory
+// indexed by device address).
+func copyElements(to, from []byte, dst, src view, size []int64, elem int64) {
+	nd := len(size)
+	idx := make([]int64, nd)
+	for {
+		so, do := int64(0), int64(0)
+		for d := range nd {
+			so = so*src.full[d] + src.start[d] + idx[d]
+			do = do*dst.full[d] + dst.start[d] + idx[d]
+		}
+		copy(to[int64(dst.addr)+do*elem:int64(dst.addr)+(do+1)*elem], from[int64(src.addr)+so*elem:int64(src.addr)+(so+1)*elem])
+		d := nd - 1
+		for ; d >= 0; d-- {
+			if idx[d]++; idx[d] < size[d] {
+				break
+			}
+			idx[d] = 0
+		}
+		if d < 0 {
+			return
+		}
 	}
 }

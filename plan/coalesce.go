@@ -74,21 +74,13 @@ type slab struct {
 // its recv (as the routes build them).
 func coalesceSchedule(s *ir.Schedule, c Coalesce, budget map[int32]int64) (*ir.Schedule, error) {
 	n := int32(len(s.Ops))
-	isX := func(i int32) bool { k := s.Ops[i].Kind; return k == ir.Send || k == ir.Recv }
-	sendOf := func(i int32) int32 {
-		if s.Ops[i].Kind == ir.Recv {
-			return s.Ops[i].Match
-		}
-		return i
-	}
-	samePair := func(a, b *ir.Op) bool { return a.Kind == b.Kind && a.Rank == b.Rank && a.Peer == b.Peer }
 	// Levels, as NCCL groups are cut uncapped (plan/program): a transfer
 	// joins the level of the previous transfer of its own ordered pair it
 	// depends on, and comes after any other transfer it depends on.
 	lvl := make([]int32, n)
 	for i := range n {
 		op := &s.Ops[i]
-		if isX(i) && op.Kind == ir.Recv {
+		if isXfer(s, i) && op.Kind == ir.Recv {
 			continue // with its send
 		}
 		ends := [2]int32{i, -1}
@@ -105,12 +97,12 @@ func coalesceSchedule(s *ir.Schedule, c Coalesce, budget map[int32]int64) (*ir.S
 			}
 			for _, d := range s.Deps(e) {
 				switch {
-				case !isX(d):
+				case !isXfer(s, d):
 					l = max(l, lvl[d])
-				case samePair(&s.Ops[d], &s.Ops[e]):
-					l = max(l, lvl[sendOf(d)])
+				case samePairKind(&s.Ops[d], &s.Ops[e]):
+					l = max(l, lvl[sendOf(s, d)])
 				default:
-					l = max(l, lvl[sendOf(d)]+1)
+					l = max(l, lvl[sendOf(s, d)]+1)
 				}
 			}
 		}
@@ -270,15 +262,7 @@ type cnode struct {
 // the original.
 func rewrite(s *ir.Schedule, slabs []slab, member []int32) (*ir.Schedule, error) {
 	n := int32(len(s.Ops))
-	isX := func(i int32) bool { k := s.Ops[i].Kind; return k == ir.Send || k == ir.Recv }
-	sendOf := func(i int32) int32 {
-		if s.Ops[i].Kind == ir.Recv {
-			return s.Ops[i].Match
-		}
-		return i
-	}
-	isMember := func(i int32) bool { return isX(i) && member[sendOf(i)] > 0 }
-	samePair := func(a, b *ir.Op) bool { return a.Kind == b.Kind && a.Rank == b.Rank && a.Peer == b.Peer }
+	isMember := func(i int32) bool { return isXfer(s, i) && member[sendOf(s, i)] > 0 }
 	// Node IDs: nodes of s's ops first (by op; a recv shares its send's),
 	// then per member a gather and a scatter, then one per slab.
 	var nodes []cnode
@@ -331,7 +315,7 @@ func rewrite(s *ir.Schedule, slabs []slab, member []int32) (*ir.Schedule, error)
 	// its buffer is written once per byte (every buffer m2n builds without
 	// a staging cap); in an arena it stays, through the copy in.
 	chain := func(e, d int32) bool {
-		return isX(d) && samePair(&s.Ops[e], &s.Ops[d]) && (isMember(e) || isMember(d))
+		return isXfer(s, d) && samePairKind(&s.Ops[e], &s.Ops[d]) && (isMember(e) || isMember(d))
 	}
 	wr := newWriters(s, func(visit func(buf int32)) {
 		for e := range n {
@@ -350,7 +334,7 @@ func rewrite(s *ir.Schedule, slabs []slab, member []int32) (*ir.Schedule, error)
 	// members' ends, mapped by the caller).
 	deps := func(e int32, f func(d int32)) {
 		for _, d := range s.Deps(e) {
-			if !isX(e) || !chain(e, d) {
+			if !isXfer(s, e) || !chain(e, d) {
 				f(d)
 				continue
 			}
@@ -614,3 +598,18 @@ func (w *writers) each(r ir.Region, f func(op int32)) {
 		f(sp[k].op)
 	}
 }
+
+// isXfer reports whether op i is a send or a recv.
+func isXfer(s *ir.Schedule, i int32) bool { k := s.Ops[i].Kind; return k == ir.Send || k == ir.Recv }
+
+// sendOf is the send of the transfer op i belongs to (i itself for a send).
+func sendOf(s *ir.Schedule, i int32) int32 {
+	if s.Ops[i].Kind == ir.Recv {
+		return s.Ops[i].Match
+	}
+	return i
+}
+
+// samePairKind reports whether two sends (or two recvs) are of one ordered
+// pair of ranks.
+func samePairKind(a, b *ir.Op) bool { return a.Kind == b.Kind && a.Rank == b.Rank && a.Peer == b.Peer }

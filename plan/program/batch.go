@@ -36,38 +36,7 @@ func batchLocals(s *ir.Schedule, steps []Step, streams, events int, m Mode) []St
 	// recPos: the step after which each event is recorded; a transfer's in
 	// waves mode when its group ends.
 	recPos := make([]int32, events)
-	var inGroup []int32 // events of the open group
-	note := func(e int32, at int) {
-		if e >= 0 {
-			recPos[e] = int32(at)
-		}
-	}
-	for k := range steps {
-		st := &steps[k]
-		switch st.Kind {
-		case GroupStart:
-			inGroup = inGroup[:0]
-		case GroupEnd:
-			for _, e := range inGroup {
-				recPos[e] = int32(k)
-			}
-		case Xfer:
-			evs := append(append([]int32{st.Record, st.RRecord}, st.More...), st.RMore...)
-			if m == Waves { // recorded when the group ends
-				for _, e := range evs {
-					if e >= 0 {
-						inGroup = append(inGroup, e)
-					}
-				}
-				continue
-			}
-			for _, e := range evs {
-				note(e, k)
-			}
-		default:
-			note(st.Record, k)
-		}
-	}
+	recordPoints(steps, m, func(e int32, at, _ int) { recPos[e] = int32(at) })
 	type batch struct {
 		members []int // step indices
 		first   int
@@ -230,48 +199,15 @@ func coalesceEvents(steps []Step, events int, m Mode) int {
 		rep[i] = -1
 	}
 	first := map[point]int32{}
-	note := func(e int32, p point) {
-		if e < 0 {
-			return
-		}
+	recordPoints(steps, m, func(e int32, at, stream int) {
+		p := point{at, stream}
 		if r, ok := first[p]; ok {
 			rep[e] = r
 		} else {
 			first[p], rep[e] = e, e
 		}
 		pos[e] = p
-	}
-	var open []int // the open group's transfer steps (waves mode)
-	for k := range steps {
-		st := &steps[k]
-		switch st.Kind {
-		case GroupStart:
-			open = open[:0]
-		case GroupEnd:
-			for _, x := range open {
-				t := &steps[x]
-				note(t.Record, point{k, t.Stream})
-				for _, e := range t.More {
-					note(e, point{k, t.Stream})
-				}
-				note(t.RRecord, point{k, t.RStream})
-				for _, e := range t.RMore {
-					note(e, point{k, t.RStream})
-				}
-			}
-		case Xfer:
-			if m == Waves {
-				open = append(open, k)
-				continue
-			}
-			fallthrough
-		default:
-			note(st.Record, point{k, st.Stream})
-			for _, e := range st.More {
-				note(e, point{k, st.Stream})
-			}
-		}
-	}
+	})
 	// Renumber the representatives.
 	num := make([]int32, events)
 	n := int32(0)
@@ -324,4 +260,36 @@ func coalesceEvents(steps []Step, events int, m Mode) int {
 		st.More, st.RMore = keep(st.More), keep(st.RMore)
 	}
 	return int(n)
+}
+
+// recordPoints calls f with every event the steps record, the step after
+// which it is recorded (in waves mode a transfer's when its group ends, as
+// the executor records them) and the stream it is recorded on.
+func recordPoints(steps []Step, m Mode, f func(e int32, at, stream int)) {
+	each := func(rec int32, more []int32, at, stream int) {
+		if rec >= 0 {
+			f(rec, at, stream)
+		}
+		for _, e := range more {
+			f(e, at, stream)
+		}
+	}
+	var open []int // the open group's transfer steps (waves mode)
+	for k := range steps {
+		st := &steps[k]
+		switch {
+		case st.Kind == GroupStart:
+			open = open[:0]
+		case st.Kind == GroupEnd:
+			for _, x := range open {
+				t := &steps[x]
+				each(t.Record, t.More, k, t.Stream)
+				each(t.RRecord, t.RMore, k, t.RStream)
+			}
+		case st.Kind == Xfer && m == Waves:
+			open = append(open, k)
+		default:
+			each(st.Record, st.More, k, st.Stream)
+		}
+	}
 }
