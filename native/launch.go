@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -63,11 +64,19 @@ func DetectLaunch(getenv func(string) string) (*LaunchEnv, error) {
 		}
 		names := []string{s.rank, s.world, s.local}
 		if set != 3 {
+			var have, missing []string
 			for i, v := range vals {
 				if v == "" {
-					return nil, fmt.Errorf("launcher %s: %s is set but %s is not", s.name, names[(i+1)%3], names[i])
+					missing = append(missing, names[i])
+				} else {
+					have = append(have, names[i])
 				}
 			}
+			verb := "is"
+			if len(missing) > 1 {
+				verb = "are"
+			}
+			return nil, fmt.Errorf("launcher %s: %s set but %s %s not: set all three, or none", s.name, strings.Join(have, " and "), strings.Join(missing, " and "), verb)
 		}
 		var nums [3]int
 		for i, v := range vals {

@@ -39,6 +39,10 @@ type Options struct {
 	// schedule that would have more is refused before it is built, from
 	// its chunk counts ([OpsLimitError]).
 	MaxOps int64
+	// MaxMemoryBytes bounds the memory planning may take, projected from
+	// the op count before anything is built (OpBytes an op); 0: no bound.
+	// The command line sets it to the machine's memory.
+	MaxMemoryBytes int64
 	// Coalesce gathers small transfers of one ordered pair into few large
 	// ones through staging slabs (its zero value: off; the command line's
 	// default is DefaultCoalesce). Under a staging cap the slabs take at
@@ -143,6 +147,10 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 		}
 	}
 	b.minAll = ops
+	if opt.MaxMemoryBytes > 0 && ops > opt.MaxMemoryBytes/OpBytes {
+		return nil, &MemoryLimitError{Route: opt.Route, Ops: ops, Bytes: satMul(ops, OpBytes), Limit: opt.MaxMemoryBytes, Chunk: opt.ChunkBytes}
+	}
+	b.maxOps = opt.MaxOps
 	// agbcast and nemo-legacy: the ops, counted from the geometry, so the
 	// op pool is allocated once.
 	size := ops
@@ -160,32 +168,12 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 		size = max(size, ops)
 	}
 	// make, not slices.Grow: its append clears the new capacity, faulting
-	// in memory the runtime hands out zeroed already.
-	b.s.Ops = make([]ir.Op, 0, size)
-	b.s.DepPool = make([]int32, 0, ops)
-	for ti := range tensors {
-		if b.regions[ti] == nil {
-			continue
-		}
-		b.building = ti
-		switch opt.Route {
-		case Flat:
-			b.flat(ti)
-		case AGBcast:
-			b.wave(ti, b.agbcast)
-		case Hierarchical:
-			b.hierarchical(ti)
-		case NemoLegacy:
-			b.wave(ti, b.legacy)
-		}
-		switch b.site[ti] {
-		case quantAtDest:
-			b.quantizeAtDest(ti)
-		case quantAtEntry:
-			b.spread(ti, b.quantizeAtDest(ti), entries[ti])
-		}
-		b.minDone += b.min[ti]
-		b.built = pools{len(b.s.Ops), len(b.s.DepPool), len(b.s.BoxPool)}
+	// in memory the runtime hands out zeroed already. At most
+	// maxPrealloc up front: past it the pools grow as ops come.
+	b.s.Ops = make([]ir.Op, 0, min(size, maxPrealloc))
+	b.s.DepPool = make([]int32, 0, min(ops, maxPrealloc))
+	if err := b.build(tensors, entries); err != nil {
+		return nil, err
 	}
 	if b.cap != nil {
 		if err := b.capErr(); err != nil {
@@ -209,6 +197,9 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 		if err != nil {
 			return nil, err
 		}
+		if int64(len(cs.Ops)) > opt.MaxOps {
+			return nil, &OpsLimitError{Route: opt.Route, Ops: int64(len(cs.Ops)), Limit: opt.MaxOps, Chunk: opt.ChunkBytes}
+		}
 		s = cs
 	}
 	if err := s.Validate(); errors.Is(err, ir.ErrTooLarge) {
@@ -218,6 +209,54 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 	}
 	return s, nil
 }
+
+// build routes every tensor. A schedule that passes the ops limit while
+// it is built (the limit counted from chunks is a lower bound: packs,
+// unpacks and forwarding come on top) stops there with an
+// [OpsLimitError].
+func (b *builder) build(tensors []ir.Tensor, entries map[int]entry) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			if r != errOverLimit {
+				panic(r)
+			}
+			err = &OpsLimitError{Route: b.s.Route, Ops: int64(len(b.s.Ops)) + 1, Limit: b.maxOps, Chunk: b.s.ChunkBytes}
+		}
+	}()
+	for ti := range tensors {
+		if b.regions[ti] == nil {
+			continue
+		}
+		b.building = ti
+		switch b.s.Route {
+		case Flat:
+			b.flat(ti)
+		case AGBcast:
+			b.wave(ti, b.agbcast)
+		case Hierarchical:
+			b.hierarchical(ti)
+		case NemoLegacy:
+			b.wave(ti, b.legacy)
+		}
+		switch b.site[ti] {
+		case quantAtDest:
+			b.quantizeAtDest(ti)
+		case quantAtEntry:
+			b.spread(ti, b.quantizeAtDest(ti), entries[ti])
+		}
+		b.minDone += b.min[ti]
+		b.built = pools{len(b.s.Ops), len(b.s.DepPool), len(b.s.BoxPool)}
+	}
+	return nil
+}
+
+// errOverLimit is what add panics with when the schedule passes the ops
+// limit; build recovers it into an OpsLimitError.
+var errOverLimit = errors.New("over the ops limit")
+
+// maxPrealloc is the most ops (and dependencies) whose room is allocated
+// before they are built.
+const maxPrealloc = 1 << 24
 
 // lane is, per rank of the world, the last op of a per-rank lane of ops
 // that run in order (-1: none yet).
@@ -266,7 +305,8 @@ type builder struct {
 	// rank): a scale tensor's, written by its weight's quantize at the
 	// source straight into the outputs (quantOutputs).
 	presetOut map[int64]int32
-	building  int // the tensor being routed
+	building  int   // the tensor being routed
+	maxOps    int64 // the ops limit: add stops the build past it
 
 	cap   *capper // nil when staging is not capped
 	roots []int   // nemo-legacy's broadcast roots, computed on first use
@@ -282,6 +322,9 @@ type builder struct {
 // add appends an op with its dependencies (sorted and made unique) and
 // returns its ID.
 func (b *builder) add(op ir.Op, deps []int32) int32 {
+	if int64(len(b.s.Ops)) >= b.maxOps {
+		panic(errOverLimit)
+	}
 	d := append(b.scratch[:0], deps...)
 	// Reading a quantized copy waits for its quantize.
 	if op.Kind != ir.Recv && int(op.Src.Buf) < len(b.pre) && b.pre[op.Src.Buf] > 0 {

@@ -112,29 +112,58 @@ func coalesceSchedule(s *ir.Schedule, c Coalesce, budget map[int32]int64) (*ir.S
 		}
 		lvl[i], lvl[i+1] = l, l
 	}
-	// Groups of one ordered pair and level, in send order.
+	// Groups of one ordered pair and level, in send order: the small sends
+	// sorted by (level, pair, id), each group a run of them. Only small
+	// sends can be members; a group needs two.
 	type key struct {
 		from, to, lvl int32
 	}
-	groups := map[key][]int32{}
+	type entry struct {
+		key
+		id int32
+	}
+	var cands []entry
+	for i := range n {
+		if op := &s.Ops[i]; op.Kind == ir.Send && op.Src.Bytes < c.BelowBytes {
+			cands = append(cands, entry{key{op.Rank, op.Peer, lvl[i]}, i})
+		}
+	}
+	if len(cands) < 2 {
+		return s, nil
+	}
+	slices.SortFunc(cands, func(a, b entry) int {
+		return cmp.Or(cmp.Compare(a.lvl, b.lvl), cmp.Compare(a.from, b.from), cmp.Compare(a.to, b.to), cmp.Compare(a.id, b.id))
+	})
+	// All the sends of each group with two cands ones or more, in order.
+	groupOf := map[key][]int32{}
 	var keys []key
+	for a := 0; a < len(cands); {
+		b := a + 1
+		for b < len(cands) && cands[b].key == cands[a].key {
+			b++
+		}
+		if b-a >= 2 {
+			keys = append(keys, cands[a].key)
+			groupOf[cands[a].key] = nil
+		}
+		a = b
+	}
+	if len(keys) == 0 {
+		return s, nil
+	}
 	for i := range n {
 		if op := &s.Ops[i]; op.Kind == ir.Send {
 			k := key{op.Rank, op.Peer, lvl[i]}
-			if _, ok := groups[k]; !ok {
-				keys = append(keys, k)
+			if g, ok := groupOf[k]; ok {
+				groupOf[k] = append(g, i)
 			}
-			groups[k] = append(groups[k], i)
 		}
 	}
-	slices.SortFunc(keys, func(a, b key) int {
-		return cmp.Or(cmp.Compare(a.lvl, b.lvl), cmp.Compare(a.from, b.from), cmp.Compare(a.to, b.to))
-	})
 	used := map[int32]int64{}
 	var slabs []slab
 	member := make([]int32, n) // send -> 1 + its slab; 0: not coalesced
 	for _, k := range keys {
-		g := groups[k]
+		g := groupOf[k]
 		// Runs of adjacent transfers, the small ones, and where each
 		// starts in the pair's bytes of the level.
 		var small [][]int32

@@ -1,8 +1,10 @@
 package plan
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/m2n-project/m2n/model/layout"
@@ -114,5 +116,47 @@ func TestCoalesceRandom(t *testing.T) {
 	}
 	if fewer < 60 {
 		t.Errorf("only %d of 300 random schedules lost transfers to coalescing", fewer)
+	}
+}
+
+// The ops limit refuses no schedule that fits it: counted from chunks
+// before building, the count is a lower bound; and building stops with an
+// OpsLimitError as soon as the schedule passes the limit.
+func TestOpsLimitIsExact(t *testing.T) {
+	rng := rand.New(rand.NewPCG(63, 64))
+	over := 0
+	for i := range 300 {
+		tensors, tp, chunk := randomBatch(rng, 2)
+		route := Routes[rng.IntN(len(Routes))]
+		s, err := Build(tensors, tp, Options{Route: route, ChunkBytes: chunk})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := int64(len(s.Ops))
+		if _, err := Build(tensors, tp, Options{Route: route, ChunkBytes: chunk, MaxOps: n}); err != nil {
+			t.Fatalf("case %d (%s, chunk %d): %d ops, refused at a limit of %d: %v", i, route, chunk, n, n, err)
+		}
+		if n < 2 {
+			continue
+		}
+		_, err = Build(tensors, tp, Options{Route: route, ChunkBytes: chunk, MaxOps: n - 1})
+		var le *OpsLimitError
+		if !errors.As(err, &le) {
+			t.Fatalf("case %d (%s): %d ops built under a limit of %d (error %v)", i, route, n, n-1, err)
+		}
+		over++
+	}
+	if over < 200 {
+		t.Errorf("only %d cases tried the limit", over)
+	}
+}
+
+// Planning that would take more than the machine's memory is refused from
+// the op count, before anything is allocated.
+func TestMemoryLimit(t *testing.T) {
+	_, err := Build(paperTensors(2), nvl72(2), Options{Route: Hierarchical, ChunkBytes: 1, MaxOps: 1 << 40, MaxMemoryBytes: 1 << 30})
+	var me *MemoryLimitError
+	if !errors.As(err, &me) || me.Ops < 1<<30 || !strings.Contains(err.Error(), "more than this machine's 1.0 GiB of memory") {
+		t.Fatalf("got %v, want a MemoryLimitError naming the machine's memory", err)
 	}
 }

@@ -15,6 +15,41 @@ import (
 // the simulator keep of it take some 200 bytes).
 const DefaultMaxOps = 10_000_000
 
+// OpBytes is the memory one op takes while planned and checked, with its
+// dependencies, boxes and the validator's state: about 0.3 GB a million
+// ops (docs/cli.md, --max-ops).
+const OpBytes = 300
+
+// MemoryLimitError is the error of a schedule whose projected planning
+// memory (its op count, counted from its chunks before anything is built,
+// times OpBytes) exceeds Options.MaxMemoryBytes.
+type MemoryLimitError struct {
+	Route        string
+	Ops, Bytes   int64
+	Limit, Chunk int64
+}
+
+func (e *MemoryLimitError) Error() string {
+	return fmt.Sprintf("the schedule would have at least %s ops at a %s chunk, about %s to plan, more than this machine's %s of memory: use a larger --chunk",
+		FormatCount(e.Ops), chunkName(e.Chunk), humanBytes(e.Bytes), humanBytes(e.Limit))
+}
+
+// humanBytes writes a size in GiB (or MiB below one GiB).
+func humanBytes(b int64) string {
+	if b >= 1<<30 {
+		return strconv.FormatFloat(float64(b)/(1<<30), 'f', 1, 64) + " GiB"
+	}
+	return strconv.FormatFloat(float64(b)/(1<<20), 'f', 1, 64) + " MiB"
+}
+
+// satMul is a x b, saturated at MaxInt64 (both non-negative).
+func satMul(a, b int64) int64 {
+	if a != 0 && b > math.MaxInt64/a {
+		return math.MaxInt64
+	}
+	return a * b
+}
+
 // OpsLimitError is the error of a schedule that would have more ops than
 // the limit: the route (or, with Route empty, the regions of one tensor's
 // layouts) would emit at least Ops, counted from the chunk counts before
@@ -99,9 +134,10 @@ func (b *builder) minOps(ti int, limit int64) int64 {
 	switch b.s.Route {
 	case Flat, Hierarchical:
 		// Per destination slot, each replica gets each contribution (at
-		// least one op each, counted first); flat sends its chunks to every
-		// replica that does not hold it, hierarchical to every replica but
-		// the leader.
+		// least one op each, counted first): every chunk reaches every
+		// replica that does not hold it by one transfer, from the source
+		// (flat, and hierarchical's leader) or from a replica that has it
+		// (hierarchical's forwarding); a replica that holds it copies it.
 		var gate int64          // each replica and contribution: at least one op
 		held := map[int]int64{} // per source slot, the slot's replicas holding it
 		for k, sl := range r.DstSlots {
@@ -118,11 +154,8 @@ func (b *builder) minOps(ti int, limit int64) int64 {
 			}
 			for j := lo; j < hi; j++ {
 				c := ChunkCount(r.Contribs[j].Box, elem, cb)
-				sends, rest := reps-1, int64(1) // rest: the leader's copy or chunks, at least one op
-				if b.s.Route == Flat {
-					sends = reps - held[r.Contribs[j].Src]
-					rest = reps - sends // local copies
-				}
+				sends := reps - held[r.Contribs[j].Src]
+				rest := reps - sends // local copies
 				n = addSat(n, addSat(mulSat(2*sends, c), rest))
 			}
 		}

@@ -65,6 +65,14 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 	ex := opt.Exec
 	x := &tp.Executor
 	costs := x.Costs[ex.Launch]
+	other := topo.OneProcess
+	if ex.Launch == topo.OneProcess {
+		other = topo.PerGPU
+	}
+	if oc := x.Costs[other]; costs.IsZero() && !oc.IsZero() {
+		table := map[topo.Launch]string{topo.OneProcess: "executor.one_process", topo.PerGPU: "executor.per_gpu"}
+		return nil, fmt.Errorf("the measured preset has %s costs but no %s costs ([%s] is missing): measure them (m2n calibrate in that launch mode), or model the %s launch mode (--launch %s)", other, ex.Launch, table[ex.Launch], other, other)
+	}
 	if ex.Graph {
 		costs.HostGroup, costs.HostXfer, costs.HostLaunch, costs.HostEvent = 0, 0, 0, 0
 	}

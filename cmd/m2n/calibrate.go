@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -38,11 +37,34 @@ Run it once in one process, then under torchrun (one process per GPU) with
 	iters := fs.Int("iters", 20, "timed iterations of each benchmark")
 	warmup := fs.Int("warmup", 5, "untimed iterations first")
 	timeout := fs.Duration("timeout", 2*time.Minute, "nccl: give up on a peer after this long")
-	if _, err := fs.parse(args); err != nil {
+	pos, err := fs.parse(args)
+	if err != nil {
 		return err
+	}
+	if len(pos) > 0 {
+		return usagef("calibrate takes no arguments, got %s (the preset goes to --out)", strings.Join(pos, " "))
 	}
 	if *iters < 3 || *warmup < 0 {
 		return usagef("--iters must be at least 3 and --warmup at least 0")
+	}
+	// The preset this run starts from, read before any bench runs: from
+	// --into, or the base preset.
+	t, err := topo.Preset(*base)
+	if err != nil {
+		return usagef("--base: %v", err)
+	}
+	var old []scenario.MeasurementSpec
+	var intoDesc string
+	if *into != "" {
+		data, err := readCapped(*into, maxPresetBytes, "a preset")
+		if err != nil {
+			return fmt.Errorf("--into: %w", err)
+		}
+		doc, pt, err := scenario.ParsePreset(*into, data)
+		if err != nil {
+			return fmt.Errorf("--into: %w", err)
+		}
+		t, old, *base, intoDesc = pt, doc.Measurements, doc.Topology.Preset, doc.Description
 	}
 	devs, err := native.Devices()
 	if err != nil {
@@ -141,23 +163,9 @@ Run it once in one process, then under torchrun (one process per GPU) with
 	if launch != nil && launch.Rank != 0 {
 		return nil
 	}
-	// The preset: from --into, or the base preset.
-	t, err := topo.Preset(*base)
-	if err != nil {
-		return usagef("--base: %v", err)
-	}
-	var old []scenario.MeasurementSpec
 	desc := fmt.Sprintf("%s with the constants m2n calibrate measured on %s", *base, in.Machine)
 	if *into != "" {
-		data, err := os.ReadFile(*into)
-		if err != nil {
-			return fmt.Errorf("--into: %w", err)
-		}
-		doc, pt, err := scenario.ParsePreset(*into, data)
-		if err != nil {
-			return fmt.Errorf("--into: %w", err)
-		}
-		t, old, *base, desc = pt, doc.Measurements, doc.Topology.Preset, doc.Description
+		desc = intoDesc
 	}
 	calibrate.Apply(t, f)
 	ms := calibrate.Merge(old, f)

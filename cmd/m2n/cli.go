@@ -173,11 +173,11 @@ func loadScenario(arg string) (*scenario.Scenario, error) {
 	if arg == "" {
 		arg = scenarios.Default
 	}
-	data, err := os.ReadFile(arg)
+	data, err := readCapped(arg, scenario.MaxFileBytes, "a scenario")
 	origin, dir := arg, filepath.Dir(arg)
 	if err != nil {
 		b, ok := scenarios.Lookup(arg)
-		if !ok || strings.ContainsRune(arg, filepath.Separator) {
+		if !ok || strings.ContainsRune(arg, filepath.Separator) || !errors.Is(err, os.ErrNotExist) {
 			if errors.Is(err, os.ErrNotExist) {
 				return nil, fmt.Errorf("scenario %q: no such file, and no built-in scenario of that name (built in: %s)", arg, strings.Join(scenarios.Names(), ", "))
 			}
@@ -201,7 +201,7 @@ func modelLoader(dir string) scenario.ModelLoader {
 		if dir != "" && !filepath.IsAbs(path) {
 			path = filepath.Join(dir, path)
 		}
-		b, err := os.ReadFile(path)
+		b, err := readCapped(path, maxConfigBytes, "a model's config")
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) {
 				return "", nil, fmt.Errorf("no such config file %s, and no built-in model of that name (built in: %s)", path, strings.Join(scenarios.ModelNames(), ", "))

@@ -39,6 +39,17 @@ func runOf(backend string, iters int, res *native.Result, err error) *evaluate.R
 	return run
 }
 
+// gpuReady says whether this build and machine can run schedules (a GPU
+// build, the CUDA driver, a GPU), before anything is planned; tests
+// replace it with runOnGPU.
+var gpuReady = func() error {
+	_, err := native.Devices()
+	if err != nil {
+		return fmt.Errorf("m2n run needs a GPU build (linux, cgo) and the CUDA driver: %w", err)
+	}
+	return nil
+}
+
 // runOnGPU prepares, runs and releases one schedule on the GPUs; tests
 // replace it to exercise the command without a GPU.
 var runOnGPU = func(s *ir.Schedule, opt native.Options) (*native.Result, error) {
@@ -127,6 +138,9 @@ process per GPU under torchrun, srun or mpirun.`)
 		}
 	} else if *backend != native.Loopback {
 		return usagef("--backend %q: want loopback or nccl", *backend)
+	}
+	if err := gpuReady(); err != nil {
+		return err
 	}
 	var jobs []simJob
 	var scenarioName string
@@ -255,8 +269,12 @@ func runTopo(_ context.Context, e *env, args []string) error {
 their speed, and NVLink domain (fabric cluster and clique where the GPU reports
 one); then the [topology] table m2n would use for them.`)
 	asJSON := fs.Bool("json", false, "print JSON on stdout")
-	if _, err := fs.parse(args); err != nil {
+	pos, err := fs.parse(args)
+	if err != nil {
 		return err
+	}
+	if len(pos) > 0 {
+		return usagef("topo takes no arguments, got %s", strings.Join(pos, " "))
 	}
 	gpus, err := native.Inventory()
 	if err != nil {
@@ -275,9 +293,16 @@ one); then the [topology] table m2n would use for them.`)
 // ending in .toml).
 func loadPreset(name string) (*topo.Topology, error) {
 	if !strings.HasSuffix(name, ".toml") {
-		return scenario.Preset(name)
+		t, err := scenario.Preset(name)
+		if err == nil {
+			return t, nil
+		}
+		// Not a preset's name: a file, if one is there.
+		if _, serr := os.Stat(name); serr != nil {
+			return nil, fmt.Errorf("%w; a measured preset file (one m2n calibrate wrote) is read from a path ending in .toml, or any path that exists", err)
+		}
 	}
-	data, err := os.ReadFile(name)
+	data, err := readCapped(name, maxPresetBytes, "a preset")
 	if err != nil {
 		return nil, err
 	}

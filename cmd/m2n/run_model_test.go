@@ -16,8 +16,9 @@ import (
 // 1 ms, and restores it at the end of the test.
 func fakeGPU(t *testing.T) {
 	t.Helper()
-	saved := runOnGPU
-	t.Cleanup(func() { runOnGPU = saved })
+	saved, savedReady := runOnGPU, gpuReady
+	t.Cleanup(func() { runOnGPU, gpuReady = saved, savedReady })
+	gpuReady = func() error { return nil }
 	runOnGPU = func(s *ir.Schedule, _ native.Options) (*native.Result, error) {
 		return &native.Result{Times: []units.Time{units.Millisecond}, Verified: true, CheckedBytes: 1, Device: "fake", Mode: "fake", Ops: len(s.Ops)}, nil
 	}

@@ -16,7 +16,10 @@ import (
 // left would wait for the same peer, each its own --timeout.
 func TestRunStopsAfterLostPeer(t *testing.T) {
 	calls := 0
-	defer func(f func(*ir.Schedule, native.Options) (*native.Result, error)) { runOnGPU = f }(runOnGPU)
+	defer func(f func(*ir.Schedule, native.Options) (*native.Result, error), r func() error) {
+		runOnGPU, gpuReady = f, r
+	}(runOnGPU, gpuReady)
+	gpuReady = func() error { return nil }
 	runOnGPU = func(*ir.Schedule, native.Options) (*native.Result, error) {
 		calls++
 		return nil, fmt.Errorf("%w: the NCCL communicator of 2 ranks did not form within 10s", native.ErrTimeout)

@@ -151,7 +151,7 @@ func (sel *selection) planOptions(p *scenario.Point, route string) (plan.Options
 		co.SlabBytes = max(co.SlabBytes, co.BelowBytes)
 		co.BudgetBytes = max(co.BudgetBytes, 2*co.SlabBytes)
 	}
-	return plan.Options{Route: route, ChunkBytes: chunk, StagingCapBytes: int64(stagingCap), MaxOps: sel.maxOps, Coalesce: co}, nil
+	return plan.Options{Route: route, ChunkBytes: chunk, StagingCapBytes: int64(stagingCap), MaxOps: sel.maxOps, Coalesce: co, MaxMemoryBytes: machineMemory()}, nil
 }
 
 // build plans one route at one point.

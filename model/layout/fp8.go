@@ -238,9 +238,16 @@ func ValidateQuant(src, dst DType, shape []int64, q Quant) error {
 		return fmt.Errorf("shape %v: quantizing needs two dims or more (blocks span the last two)", shape)
 	case q.Scheme == QuantBlock && (q.Block[0] <= 0 || q.Block[1] <= 0):
 		return fmt.Errorf("block %v: both extents must be positive", q.Block)
+	case q.Scheme == QuantBlock && (q.Block[0] > MaxBlock || q.Block[1] > MaxBlock):
+		// Block counts are ceil(extent / block): an extent near 2^63 would
+		// overflow the sum inside.
+		return fmt.Errorf("block %v: each extent may be at most %d (a block larger than its dim is one block; per-tensor scales are scales = \"tensor\")", q.Block, int64(MaxBlock))
 	}
 	return nil
 }
+
+// MaxBlock bounds a quantization block's extents.
+const MaxBlock = 1 << 31
 
 // ErrCutsBlock is wrapped by the error of a layout whose shards cut a
 // quantization block.

@@ -104,7 +104,7 @@ type TensorSpec struct {
 // dst_dtype = "fp8_e4m3", with scales per block (block = [rows, cols],
 // default [128, 128]), per channel or per tensor.
 type QuantSpec struct {
-	DstDType string  `toml:"dst_dtype"` // "fp8_e4m3"; absent: the source dtype
+	DstDType *string `toml:"dst_dtype"` // "fp8_e4m3"; absent: the source dtype
 	Scales   string  `toml:"scales"`    // "block" (default), "channel", "tensor"
 	Block    []int64 `toml:"block"`     // block scales: [rows, cols]
 }

@@ -453,7 +453,7 @@ func (s *Scenario) resolve(f *File, p *Point) error {
 		if q.On() {
 			t.Dst.DType, t.Quant = dd, q
 			if err := layout.ValidateQuant(dt, dd, t.Src.Shape, q); err != nil {
-				return fmt.Errorf("%s.dst_dtype = %q: %w", at, ts.DstDType, err)
+				return fmt.Errorf("%s.dst_dtype = %q: %w", at, *ts.DstDType, err)
 			}
 			if err := layout.CheckBlocks(t.Dst, q); err != nil {
 				return fmt.Errorf("%s.dst: %w", at, err)
@@ -720,13 +720,16 @@ func lcm(a, b int64) int64 {
 // resolve reads a quantized destination: its dtype and scales; the zero
 // Quant when dst_dtype is absent or the source dtype.
 func (q QuantSpec) resolve(src layout.DType) (layout.DType, layout.Quant, error) {
-	if q.DstDType == "" {
+	if q.DstDType != nil && *q.DstDType == "" {
+		return 0, layout.Quant{}, errors.New(`dst_dtype = "": give the destination's dtype ("fp8_e4m3", or the source's), or leave the key out`)
+	}
+	if q.DstDType == nil {
 		if q.Scales != "" || q.Block != nil {
 			return 0, layout.Quant{}, errors.New("scales, block: only with dst_dtype = \"fp8_e4m3\"")
 		}
 		return src, layout.Quant{}, nil
 	}
-	dd, err := layout.ParseDType(q.DstDType)
+	dd, err := layout.ParseDType(*q.DstDType)
 	if err != nil {
 		return 0, layout.Quant{}, fmt.Errorf("dst_dtype: %w", err)
 	}
@@ -734,7 +737,7 @@ func (q QuantSpec) resolve(src layout.DType) (layout.DType, layout.Quant, error)
 		return src, layout.Quant{}, nil
 	}
 	if dd != layout.FP8E4M3 {
-		return 0, layout.Quant{}, fmt.Errorf("dst_dtype = %q: a destination dtype other than the source's is \"fp8_e4m3\" (quantized, with scales)", q.DstDType)
+		return 0, layout.Quant{}, fmt.Errorf("dst_dtype = %q: a destination dtype other than the source's is \"fp8_e4m3\" (quantized, with scales)", *q.DstDType)
 	}
 	out := layout.Quant{Scheme: layout.QuantBlock, Block: layout.DefaultBlock}
 	if q.Scales != "" {

@@ -80,8 +80,8 @@ func (t *Topology) Validate() error {
 		}
 	}
 	bw := func(name string, v units.Bandwidth) {
-		if !(v > 0) {
-			errs = append(errs, fmt.Errorf("%s = %v: must be positive", name, v))
+		if !(v > 0) || math.IsInf(float64(v), 0) {
+			errs = append(errs, fmt.Errorf("%s = %v: must be positive and finite", name, v))
 		}
 	}
 	lat := func(name string, v units.Time) {
@@ -334,14 +334,14 @@ func (e *Executor) validate() []error {
 		name string
 		v    float64
 	}{{"executor.pack_long", e.PackLong}, {"executor.pack_short", e.PackShort}, {"executor.pack_stage", e.PackStage}, {"executor.quantize", e.Quantize}} {
-		if f.v < 0 || f.v > 1 {
+		if !(f.v >= 0 && f.v <= 1) { // NaN too
 			errs = append(errs, fmt.Errorf("%s = %g: must be a fraction of memory bandwidth, in [0, 1] (0: 1)", f.name, f.v))
 		}
 	}
 	for l, c := range e.Costs {
 		name := "executor." + strings.ReplaceAll(Launch(l).String(), "-", "_") + "."
-		if c.PairRate < 0 || c.DuplexRate < 0 {
-			errs = append(errs, fmt.Errorf("%spair_rate = %v, duplex_rate = %v: must not be negative", name, c.PairRate, c.DuplexRate))
+		if !(c.PairRate >= 0) || !(c.DuplexRate >= 0) || math.IsInf(float64(c.PairRate), 0) || math.IsInf(float64(c.DuplexRate), 0) {
+			errs = append(errs, fmt.Errorf("%spair_rate = %v, duplex_rate = %v: must be finite and not negative", name, c.PairRate, c.DuplexRate))
 		}
 		for _, t := range []struct {
 			name string

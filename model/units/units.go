@@ -134,6 +134,9 @@ func ParseBandwidth(s string) (Bandwidth, error) {
 	if bits {
 		v /= 8
 	}
+	if math.IsInf(v, 0) {
+		return 0, fmt.Errorf("bandwidth %q: too large (beyond a float64)", s)
+	}
 	return Bandwidth(v), nil
 }
 

@@ -46,6 +46,11 @@ const (
 	MaxRankBytes = int64(1) << 44 // 16 TiB per rank
 )
 
+// MaxDocumentBytes bounds a schedule's JSON document: [Decode] reads no
+// more (a schedule at the planner's default op limit, 10 million ops, is
+// about 2 GB of JSON).
+const MaxDocumentBytes = int64(4) << 30
+
 // ErrTooLarge is wrapped by the error of a schedule whose buffers exceed
 // MaxBufferBytes or MaxRankBytes.
 var ErrTooLarge = errors.New("more than any GPU holds")

@@ -1,6 +1,7 @@
 package ir
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -218,9 +219,29 @@ func Encode(w io.Writer, s *Schedule) error {
 // fields, another format or version, and schedules that fail [Schedule.Validate]
 // are errors.
 func Decode(r io.Reader) (*Schedule, error) {
-	data, err := io.ReadAll(r)
+	// Refuse what is not a JSON object at its first byte, and read at most
+	// MaxDocumentBytes: a device or a stream of garbage is not read whole.
+	br := bufio.NewReader(io.LimitReader(r, MaxDocumentBytes+1))
+	for {
+		c, err := br.Peek(1)
+		if err != nil {
+			return nil, fmt.Errorf("schedule: not JSON: %w", err)
+		}
+		if c[0] == ' ' || c[0] == '\t' || c[0] == '\n' || c[0] == '\r' {
+			br.ReadByte()
+			continue
+		}
+		if c[0] != '{' {
+			return nil, fmt.Errorf("schedule: not JSON: it starts with byte %#02x, not an object's '{'", c[0])
+		}
+		break
+	}
+	data, err := io.ReadAll(br)
 	if err != nil {
 		return nil, err
+	}
+	if int64(len(data)) > MaxDocumentBytes {
+		return nil, fmt.Errorf("schedule: more than %d bytes: a schedule document may have at most %d bytes (4 GiB)", MaxDocumentBytes, MaxDocumentBytes)
 	}
 	var head struct {
 		Format  string `json:"format"`
