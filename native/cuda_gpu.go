@@ -66,6 +66,9 @@ type cudaGPU struct {
 	// ProcessGroupNCCL does.
 	aborted bool
 	ipcOpen map[int][]uint64 // device -> peers' arenas mapped here (CUDA IPC)
+	// peers names the ranks this process exchanges with ("rank 1 (NCCL
+	// rank 1)"), for the error of a timeout.
+	peers string
 }
 
 func cudaDevice(ord int) (C.int, error) {
@@ -429,7 +432,20 @@ func (g *cudaGPU) alloc(dev int, n int64) (p uint64, err error) {
 }
 
 func (g *cudaGPU) free(dev int, p uint64) error {
+	if g.wasAborted() {
+		// A kernel waiting for a lost peer may still run: a free would wait
+		// for it. The process's end releases the memory.
+		return nil
+	}
 	return g.on(dev, func() error { return cuErr("cuMemFree", C.m2n_cuMemFree(C.ull(p))) })
+}
+
+// wasAborted reports whether the communicators were aborted after a
+// failure.
+func (g *cudaGPU) wasAborted() bool {
+	g.commMu.Lock()
+	defer g.commMu.Unlock()
+	return g.aborted
 }
 
 func (g *cudaGPU) newStream(dev int) (h handle, err error) {
@@ -507,11 +523,13 @@ func (g *cudaGPU) sync(st handle) error {
 		case qerr != nil:
 			return qerr
 		case err != nil:
-			g.abort()
+			err = fmt.Errorf("%w (this rank exchanges with %s)", err, g.peerNames())
+			abortWithin(g.abort, abortGrace, err.Error())
 			return err
 		case !ok:
-			g.abort()
-			return fmt.Errorf("%w: GPU work did not finish within %v (a peer that never posted its side?); the NCCL communicators were aborted", ErrTimeout, g.timeout)
+			err := fmt.Errorf("%w: GPU work did not finish within %v: no progress from %s (a peer that stopped answering or never posted its side?); the NCCL communicators were aborted", ErrTimeout, g.timeout, g.peerNames())
+			abortWithin(g.abort, abortGrace, err.Error())
+			return err
 		}
 		return nil
 	})
@@ -582,14 +600,24 @@ func (g *cudaGPU) abort() {
 // returned after the timeout, every communicator is aborted (which makes
 // the call return) and the result is a timeout.
 func (g *cudaGPU) watched(call string, f func() C.ncclResult_t) error {
-	fired := make(chan struct{})
-	t := time.AfterFunc(g.timeout, func() { close(fired); g.abort() })
-	r := f()
-	if !t.Stop() {
-		<-fired
-		return fmt.Errorf("%w: %s did not return within %v (a peer that stopped answering?); the NCCL communicators were aborted", ErrTimeout, call, g.timeout)
+	var r C.ncclResult_t
+	why := func() string {
+		return fmt.Sprintf("%v: %s did not return within %v: no progress from %s (a peer that stopped answering?)", ErrTimeout, call, g.timeout, g.peerNames())
+	}
+	if watchdog(func() { r = f() }, g.timeout, abortGrace, g.abort, why) {
+		return fmt.Errorf("%w: %s did not return within %v: no progress from %s (a peer that stopped answering?); the NCCL communicators were aborted", ErrTimeout, call, g.timeout, g.peerNames())
 	}
 	return ncclErr(call, r, 0)
+}
+
+// peerNames names the ranks this process exchanges with, for a timeout's
+// error: with one process per GPU, the schedule's ranks and their NCCL
+// ranks; else the other GPUs of this process.
+func (g *cudaGPU) peerNames() string {
+	if g.peers == "" {
+		return "a peer"
+	}
+	return g.peers
 }
 
 func (g *cudaGPU) copy(dst, src uint64, n int64, st handle) error {
@@ -820,6 +848,10 @@ func (g *cudaGPU) launchGraph(x, st handle) error {
 }
 
 func (g *cudaGPU) close() error {
+	if g.wasAborted() {
+		// As free: nothing that could wait for a stuck kernel.
+		return nil
+	}
 	for dev, ps := range g.ipcOpen {
 		g.on(dev, func() error {
 			for _, p := range ps {
@@ -951,6 +983,9 @@ func New(s *ir.Schedule, opt Options) (*Executor, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opt.Launch != nil {
+		g.peers = peerNames(s, int32(s.World[opt.Launch.Rank].Rank), peerOf)
+	}
 	comms := map[int][]handle{}
 	if opt.Backend == NCCL && opt.Transport == TransportCopy {
 		if err := g.enablePeers(devs); err != nil {
@@ -1081,7 +1116,7 @@ func (g *cudaGPU) initNCCL(opt Options, devs []int, comms map[int][]handle) erro
 		}
 		if time.Now().After(deadline) {
 			g.abort()
-			return fmt.Errorf("%w: the NCCL communicator of %d ranks did not form within %v (a rank that never joined?)", ErrTimeout, l.World, opt.Timeout)
+			return fmt.Errorf("%w: the NCCL communicator of %d ranks did not form within %v: no answer from %s (a rank that never joined, or stopped?)", ErrTimeout, l.World, opt.Timeout, g.peerNames())
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -1133,7 +1168,7 @@ func (g *cudaGPU) initNCCL(opt Options, devs []int, comms map[int][]handle) erro
 		}
 		if time.Now().After(deadline) {
 			g.abort()
-			return fmt.Errorf("%w: ncclCommSplit did not finish within %v", ErrTimeout, opt.Timeout)
+			return fmt.Errorf("%w: ncclCommSplit did not finish within %v: no answer from %s", ErrTimeout, opt.Timeout, g.peerNames())
 		}
 		time.Sleep(100 * time.Microsecond)
 	}

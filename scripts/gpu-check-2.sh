@@ -61,6 +61,7 @@ done
 step "legacy path in PyTorch, the same tensor on the same two GPUs"
 timeout 200 torchrun --nproc-per-node 2 scripts/torch_legacy.py --sources 2 --tp 1 --experts 16 --iters "$ITERS" 2>&1 | grep legacy
 step "the model beside the measurements"; bin/m2n sim paper-2gpu
+step "a peer killed mid-run: the survivor's exit (scripts/gpu-kill-test.sh)"; N=${KILLS:-20} timeout 900 scripts/gpu-kill-test.sh 2>&1 | tail -21
 step "GPU tests (batch kernels, random schedules over both GPUs)"; timeout 300 bin/native.test -test.run 'GPULoopbackRandom|GPUMultiRandom|GPUBoxCopyKernels|GPUPaperScaled' 2>&1 | tail -3
 step "every run"; python3 scripts/gpu_table.py "$OUT"/*.json
 } 2>&1 | tee "$OUT/gpu-check-2.log"
