@@ -347,7 +347,9 @@ func runProgram(s *ir.Schedule, tp *topo.Topology, opt Options, newSolver func(c
 	if err != nil {
 		return nil, err
 	}
-	if c := tp.Executor.Costs[opt.Exec.Launch].PairRate; c > 0 {
+	// NCCL's pair rate caps an NCCL send/recv; a device copy runs at the
+	// links' own rate (nvlink, the copy rate m2n calibrate measures).
+	if c := tp.Executor.Costs[opt.Exec.Launch].PairRate; c > 0 && !m.copies {
 		for _, k := range []ir.Class{ir.NVLink, ir.Net} {
 			if opt.FlowCap[k] == 0 {
 				opt.FlowCap[k] = c

@@ -182,15 +182,16 @@ process per GPU under torchrun, srun or mpirun.`)
 	// The run happens on this machine: its measured rates, latencies and
 	// executor costs, on the scenario's shape (domains, placement).
 	eopt.Machine = measured
-	// Loopback predictions run every rank on the one GPU: measure its
-	// memory bandwidth once and simulate with it.
+	// Loopback predictions run every rank on the one GPU, at the preset's
+	// memory rate: a prediction comes from the preset alone. What this GPU
+	// copies at now is printed beside it, never used in it.
 	if *backend == native.Loopback {
+		eopt.LoopbackMemory = measured.Memory
 		copyBW, err := native.CopyBandwidth(*device, 1<<30)
 		if err != nil {
 			return fmt.Errorf("measuring GPU %d: %w", *device, err)
 		}
-		eopt.LoopbackMemory = copyBW
-		fmt.Fprintf(e.stderr, "m2n: GPU %d copies at %.0f GB/s (read+write); the loopback model uses it\n", *device, copyBW.GBps())
+		fmt.Fprintf(e.stderr, "m2n: GPU %d copies at %.0f GB/s (read+write) now; the loopback model uses %s's %.0f GB/s\n", *device, copyBW.GBps(), *modelName, measured.Memory.GBps())
 	}
 	var rows []evaluate.Record
 	failed, errs := 0, 0
