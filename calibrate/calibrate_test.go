@@ -92,6 +92,7 @@ func TestFitRecoversTheModel(t *testing.T) {
 		near("latency_local", float64(f.LatencyLocal), float64(tp.LatencyLocal), 0.02)
 		near("nvlink", float64(f.NVLink), float64(tp.NVLink), 0.015) // less a copy's latency
 		near("pack_long", f.PackLong, tp.Executor.PackLong, 0.01)
+		near("pack_short", f.PackShort, tp.Executor.PackShort, 0.01)
 		near("pack_stage", f.PackStage, tp.Executor.PackStage, 0.01)
 		near("quantize", f.Quantize, tp.Executor.Quantize, 0.01)
 		// One pair alone runs at the lesser of its cap and the link.
@@ -99,7 +100,7 @@ func TestFitRecoversTheModel(t *testing.T) {
 		near("host_launch", float64(f.Costs.HostLaunch), float64(want.HostLaunch), 0.01)
 		near("host_event", float64(f.Costs.HostEvent), float64(want.HostEvent), 0.01)
 		near("host_group", float64(f.Costs.HostGroup), float64(want.HostGroup), 0.02)
-		near("host_xfer", float64(f.Costs.HostXfer), float64(want.HostXfer), 0.02)
+		near("host_xfer", float64(f.Costs.HostXfer), float64(want.HostXfer), 0.005)
 		near("xfer_latency", float64(f.Costs.XferLatency), float64(want.XferLatency), 0.05)
 		near("group_latency", float64(f.Costs.GroupLatency), float64(want.GroupLatency), 0.05)
 		near("start_latency", float64(f.Costs.StartLatency), float64(want.StartLatency), 0.05)

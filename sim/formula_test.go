@@ -1,0 +1,136 @@
+package sim
+
+import (
+	"math"
+	"testing"
+
+	"github.com/m2n-project/m2n/model/layout"
+	"github.com/m2n-project/m2n/model/topo"
+	"github.com/m2n-project/m2n/model/units"
+	"github.com/m2n-project/m2n/plan/ir"
+)
+
+// The executor model's costs, each pinned by the time of a one-op
+// schedule against its formula (docs/calibration.md, "The executor
+// model"): a change to how the model applies a constant (a rate scaled, a
+// cap dropped, a latency counted twice) fails here, where the fit's
+// recovery test, which simulates and fits through the same model, would
+// not see it.
+
+// machine is a measured two-GPU machine whose caps all bind: NCCL's pair
+// rate below the links, the links below memory.
+func machine() *topo.Topology {
+	t, _ := topo.Preset("hgx-h200")
+	t.GPUsPerDomain, t.Domains = 1, 2
+	t.Memory, t.NVLink, t.NIC, t.NICLine = units.GBps(4000), units.GBps(400), units.GBps(400), units.GBps(450)
+	t.LatencyLocal, t.LatencyNVLink, t.LatencyNet = 1100*units.Nanosecond, 3*units.Microsecond, 3*units.Microsecond
+	t.Executor = topo.Executor{PackLong: 0.9, PackShort: 0.7, PackStage: 0.6, Quantize: 0.8}
+	t.Executor.Costs[topo.OneProcess] = topo.ExecCosts{PairRate: units.GBps(300), DuplexRate: units.GBps(1000),
+		XferLatency: 5 * units.Microsecond, GroupLatency: 7 * units.Microsecond, StartLatency: 11 * units.Microsecond,
+		BoxLatency: 2 * units.Microsecond, Ramp: []topo.RampPoint{{Bytes: 8 << 20}, {Bytes: 32 << 20, Extra: 8 * units.Microsecond}}}
+	return t
+}
+
+func seconds(bytes int64, rate units.Bandwidth) units.Time {
+	return units.Time(math.Round(float64(bytes) / float64(rate) * 1e12))
+}
+
+// within fails unless got is want to 1 ps a term (the engine rounds each
+// event to integer picoseconds).
+func within(t *testing.T, what string, got, want units.Time) {
+	t.Helper()
+	if d := got - want; d < -3 || d > 3 {
+		t.Errorf("%s: modeled %v (%d ps), the formula gives %v (%d ps)", what, got, int64(got), want, int64(want))
+	}
+}
+
+// packOne is one pack of a [rows, cols] bf16 box at column col0 of a
+// [rows, full] array on one rank, into contiguous staging.
+func packOne(rows, cols, full, col0 int64) *ir.Schedule {
+	shape := []int64{rows, full}
+	l := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{1}, Ranks: []int{0}}, Placements: []layout.Placement{layout.R}}
+	s := &ir.Schedule{World: []ir.Rank{{Rank: 0, GPU: 0, Domain: 0}}, Tensors: []ir.Tensor{{Name: "w", Src: l, Dst: l}}}
+	box := layout.Box{Start: []int64{0, 0}, Size: shape}
+	n := rows * cols * 2
+	s.Buffers = []ir.Buffer{
+		{ID: 0, Rank: 0, Kind: ir.Input, Tensor: 0, Box: box, Bytes: rows * full * 2},
+		{ID: 1, Rank: 0, Kind: ir.Staging, Tensor: -1, Bytes: n},
+	}
+	ref := s.AddBox(layout.Box{Start: []int64{0, col0}, Size: []int64{rows, cols}})
+	s.AddOp(ir.Op{Kind: ir.Pack, Rank: 0, Peer: -1, Match: -1, Src: ir.Region{Buf: 0, BoxRef: ref, Bytes: n}, Dst: ir.Region{Buf: 1, Bytes: n}})
+	return s
+}
+
+// A pack: the copy latency, the box kernel's, and read plus write at its
+// class's share of memory.
+func TestModelPackFormula(t *testing.T) {
+	tp := machine()
+	for _, c := range []struct {
+		name             string
+		rows, cols, full int64
+		col0             int64
+		eff              float64
+	}{
+		{"long runs", 64, 4096, 8192, 0, tp.Executor.PackLong},  // 8 KiB rows
+		{"short runs", 4096, 64, 8192, 0, tp.Executor.PackShort}, // 128-byte rows
+		{"staged", 512, 1001, 4096, 3, tp.Executor.PackStage},    // rows off 16-byte alignment
+	} {
+		s := packOne(c.rows, c.cols, c.full, c.col0)
+		r, err := Run(s, tp, Options{Loopback: true, Exec: Exec{Transport: "copy", Graph: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 2 * c.rows * c.cols
+		want := tp.LatencyLocal + tp.Executor.Costs[topo.OneProcess].BoxLatency + seconds(2*n, units.Bandwidth(c.eff*float64(tp.Memory)))
+		within(t, c.name, r.Makespan, want)
+	}
+}
+
+// xfer is one transfer of n bytes from rank 0 (GPU 0) to rank 1 (GPU 1).
+func xfer(n int64) *ir.Schedule {
+	shape := []int64{n / 2}
+	one := func(r int) layout.Layout {
+		return layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{1}, Ranks: []int{r}}, Placements: []layout.Placement{layout.R}}
+	}
+	s := &ir.Schedule{World: []ir.Rank{{Rank: 0, GPU: 0, Domain: 0}, {Rank: 1, GPU: 1, Domain: 1}},
+		Tensors: []ir.Tensor{{Name: "w", Src: one(0), Dst: one(1)}}}
+	box := layout.Box{Start: []int64{0}, Size: shape}
+	s.Buffers = []ir.Buffer{{ID: 0, Rank: 0, Kind: ir.Input, Tensor: 0, Box: box, Bytes: n}, {ID: 1, Rank: 1, Kind: ir.Output, Tensor: 0, Box: box, Bytes: n}}
+	snd := s.AddOp(ir.Op{Kind: ir.Send, Rank: 0, Peer: 1, Src: ir.Region{Buf: 0, Bytes: n}})
+	rcv := s.AddOp(ir.Op{Kind: ir.Recv, Rank: 1, Peer: 0, Dst: ir.Region{Buf: 1, Bytes: n}})
+	s.Ops[snd].Match, s.Ops[rcv].Match = rcv, snd
+	return s
+}
+
+// One NCCL send/recv: its latency, its size's ramp (in log size between
+// the points), the stream's start, the bytes at the pair rate (below the
+// link), then the group's barrier.
+func TestModelSendRecvFormula(t *testing.T) {
+	tp := machine()
+	c := tp.Executor.Costs[topo.OneProcess]
+	for _, n := range []int64{4 << 20, 16 << 20, 64 << 20} {
+		r, err := Run(xfer(n), tp, Options{Exec: Exec{Transport: "nccl"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := c.XferLatency + c.RampAt(n) + c.StartLatency + seconds(n, c.PairRate) + c.GroupLatency
+		within(t, units.Bytes(n).Human(), r.Makespan, want)
+	}
+	// 16 MiB lies halfway between 8 and 32 MiB in log size: half the
+	// ramp's rise (linear in bytes would give a third).
+	if got := c.RampAt(16 << 20); got != 4*units.Microsecond {
+		t.Errorf("ramp at 16 MiB: %v, want 4 us", got)
+	}
+}
+
+// One device copy between GPUs: the NVLink path's latency, then the bytes
+// at the link's copy rate: NCCL's pair rate is no cap on a copy.
+func TestModelPeerCopyFormula(t *testing.T) {
+	tp := machine()
+	n := int64(64 << 20)
+	r, err := Run(xfer(n), tp, Options{Exec: Exec{Transport: "copy", Graph: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	within(t, "peer copy", r.Makespan, tp.LatencyNet+seconds(n, tp.NVLink))
+}
