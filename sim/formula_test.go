@@ -71,7 +71,7 @@ func TestModelPackFormula(t *testing.T) {
 		col0             int64
 		eff              float64
 	}{
-		{"long runs", 64, 4096, 8192, 0, tp.Executor.PackLong},  // 8 KiB rows
+		{"long runs", 64, 4096, 8192, 0, tp.Executor.PackLong},   // 8 KiB rows
 		{"short runs", 4096, 64, 8192, 0, tp.Executor.PackShort}, // 128-byte rows
 		{"staged", 512, 1001, 4096, 3, tp.Executor.PackStage},    // rows off 16-byte alignment
 	} {
