@@ -277,10 +277,18 @@ func Compile(s *ir.Schedule, o Options) (*Program, error) {
 			byGroup[groups.of[i]] = append(byGroup[groups.of[i]], i)
 		}
 	}
+	// A local op that feeds transfers (a pack, a quantize) is issued just
+	// before the first group it feeds, not before the first group it may
+	// precede: issued all before the first group, a lane of quantize or
+	// pack kernels filled the GPU and the first group's NCCL kernel started
+	// when the lane drained (dense-2gpu in FP8: the first group ended
+	// 2.9 ms in, right after the last of 112 quantizes; docs/native.md).
+	// A local op after others is issued no earlier than they are.
+	bucket := localBuckets(s, order, groups.of)
 	locals := make([][]int32, groups.count+1)
 	for _, i := range order {
 		if k := s.Ops[i].Kind; k != ir.Send && k != ir.Recv {
-			locals[groups.of[i]] = append(locals[groups.of[i]], i)
+			locals[bucket[i]] = append(locals[bucket[i]], i)
 		}
 	}
 	// Local ops that no transfer waits for, even through other local ops
@@ -616,4 +624,49 @@ func subset(a, b []int32) bool {
 		}
 	}
 	return true
+}
+
+// localBuckets returns, per local op, the group before which it is issued
+// (or after which, for one that feeds no transfer): the first group it
+// feeds, directly or through other local ops, and no earlier than the
+// first group it may precede (of) or than the local ops it waits for.
+func localBuckets(s *ir.Schedule, order []int32, of []int32) []int32 {
+	n := int32(len(s.Ops))
+	isX := func(i int32) bool { k := s.Ops[i].Kind; return k == ir.Send || k == ir.Recv }
+	const none = math.MaxInt32
+	feed := make([]int32, n)
+	for i := range feed {
+		feed[i] = none
+	}
+	for i := n - 1; i >= 0; i-- { // dependents come after what they wait for
+		g := feed[i]
+		if isX(i) {
+			g = of[rep(s, i)]
+		}
+		if g == none {
+			continue
+		}
+		for _, d := range s.Deps(i) {
+			if !isX(d) && g < feed[d] {
+				feed[d] = g
+			}
+		}
+	}
+	bucket := make([]int32, n)
+	for _, i := range order {
+		if isX(i) {
+			continue
+		}
+		b := of[i]
+		for _, d := range s.Deps(i) {
+			if !isX(d) {
+				b = max(b, bucket[d])
+			}
+		}
+		if feed[i] != none {
+			b = max(b, feed[i])
+		}
+		bucket[i] = b
+	}
+	return bucket
 }
