@@ -29,6 +29,8 @@ type Fit struct {
 	Measurements []scenario.MeasurementSpec
 	// Notes are what the fit could not resolve (e.g. a host-bound stream).
 	Notes []string
+	// Command, Date and Machine are the Input's: where the fit comes from.
+	Command, Date, Machine string
 }
 
 // Input is one launch mode's measurements.
@@ -54,9 +56,20 @@ func median(ts []units.Time) units.Time { return ts[len(ts)/2] }
 // Fitting derives the executor model's constants from the measurements
 // (docs/calibration.md, "How each constant is fitted"); every bench of
 // Benches(2) must be present for the NCCL constants, those of Benches(1)
-// for the rest.
+// for the rest. Every record it writes carries the launch mode.
 func Fitting(in Input) (*Fit, error) {
-	f := &Fit{Launch: in.Launch}
+	f, err := fitting(in)
+	if err != nil {
+		return nil, err
+	}
+	for i := range f.Measurements {
+		f.Measurements[i].Launch = in.Launch.String()
+	}
+	return f, nil
+}
+
+func fitting(in Input) (*Fit, error) {
+	f := &Fit{Launch: in.Launch, Command: in.Command, Date: in.Date, Machine: in.Machine}
 	get := func(name string) (Sample, error) {
 		s, ok := in.Samples[name]
 		if !ok || len(s.Times) == 0 {

@@ -177,6 +177,11 @@ Run it once in one process, then under torchrun (one process per GPU) with
 	if _, _, err := scenario.ParsePreset("the preset written", buf.Bytes()); err != nil {
 		return fmt.Errorf("the preset does not read back: %w", err)
 	}
+	// Every constant must be traceable to its record; a preset from --into
+	// may hold records from before they had launch modes.
+	for _, p := range calibrate.Audit(t, ms) {
+		fmt.Fprintf(e.stderr, "m2n: warning: provenance: %s\n", p)
+	}
 	fmt.Fprint(e.stderr, t.Describe())
 	return encodeFileAtomic(e.stdout, "--out", *out, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err })
 }

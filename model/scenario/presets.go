@@ -40,6 +40,14 @@ type MeasurementSpec struct {
 	Command  string  `toml:"command"`
 	Date     string  `toml:"date"`
 	Machine  string  `toml:"machine"`
+	// Launch is the launch mode the record was measured in: "one-process"
+	// or "per-gpu". A machine constant (memory, nvlink, ...) is measured in
+	// both; the preset holds the one-process value where it has one.
+	Launch string `toml:"launch,omitempty"`
+	// Derived, for a constant set from another rather than measured,
+	// names what it is set from: a constant of the preset, or a base
+	// preset's rate.
+	Derived string `toml:"derived,omitempty"`
 }
 
 // ParsePreset reads a measured preset's document and the topology it
@@ -78,6 +86,11 @@ func ParsePreset(origin string, data []byte) (*PresetFile, *topo.Topology, error
 		return nil, nil, fmt.Errorf("%s: topology: %w", origin, err)
 	}
 	t.Preset = f.Name
+	for i, m := range f.Measurements {
+		if m.Launch != "" && m.Launch != topo.OneProcess.String() && m.Launch != topo.PerGPU.String() {
+			return nil, nil, fmt.Errorf("%s: measurement %d (%s): launch = %q: one of %s, %s", origin, i+1, m.Constant, m.Launch, topo.OneProcess, topo.PerGPU)
+		}
+	}
 	if err := t.Validate(); err != nil {
 		return nil, nil, fmt.Errorf("%s: topology: %w", origin, err)
 	}
