@@ -131,29 +131,70 @@ func Run(s *ir.Schedule, tp *topo.Topology, opt Options) (*Result, error) {
 	return run(s, tp, opt, nil)
 }
 
-// solver shares the resources among the active flows: the engine's view of
-// the max-min solver. solve returns the flows whose rate changed since the
-// last solve, with their old and new rates.
-type solver interface {
-	add(res []int32, coef []float64, limit float64) int32
-	remove(id int32)
-	solve() []change
+// opCosts is what the executor model (runProgram) sets per op of the
+// schedule it simulates: when the host has issued it, its start latency
+// (negative: its path class's) and its memory coefficient (0: 2, a copy's
+// read and write).
+type opCosts struct {
+	rel  []units.Time
+	lat  []units.Time
+	coef []float64
 }
 
-// run simulates with the solver that newSolver makes (nil: newFluid); the
-// tests run the old solver through it.
-func run(s *ir.Schedule, tp *topo.Topology, opt Options, newSolver func(capacity []float64) solver) (*Result, error) {
+// engineFunc runs the flow engine on a schedule (x: the executor model's
+// per-op costs, or nil). The tests pass other engines and solvers.
+type engineFunc func(s *ir.Schedule, tp *topo.Topology, opt Options, x *opCosts) (*Result, error)
+
+// run simulates with the engine eng (nil: the exact engine and its
+// solver).
+func run(s *ir.Schedule, tp *topo.Topology, opt Options, eng engineFunc) (*Result, error) {
 	if err := tp.Validate(); err != nil {
 		return nil, fmt.Errorf("topology: %w", err)
 	}
+	if eng == nil {
+		eng = engineWith(nil)
+	}
 	if !opt.Ideal && !tp.Executor.IsZero() {
-		return runProgram(s, tp, opt, newSolver)
+		return runProgram(s, tp, opt, eng)
 	}
-	e, err := newEngine(s, tp, opt, newSolver)
-	if err != nil {
-		return nil, err
+	return eng(s, tp, opt, nil)
+}
+
+// solver shares the resources among the active flows: the engine's view of
+// the max-min solver (fluid; the tests' full-refill oracle). After solve,
+// changes lists the groups whose level moved and the flows whose group
+// did.
+type solver interface {
+	add(res []int32, coef []int64, limit int64) int32
+	remove(id int32)
+	solve()
+	changes() ([]levelChange, []move)
+	groups() int
+	levelOf(g int32) int64
+	weight(r int32) int64
+}
+
+func (f *fluid) changes() ([]levelChange, []move) { return f.levelCh, f.moves }
+func (f *fluid) weight(r int32) int64             { return f.wsum[r] }
+func (f *fluid) levelOf(g int32) int64            { return f.level[g] }
+
+// engineWith is the engine with the solver newSolver makes (nil: fluid).
+func engineWith(newSolver func(capacity []u128) solver) engineFunc {
+	return func(s *ir.Schedule, tp *topo.Topology, opt Options, x *opCosts) (*Result, error) {
+		e, err := newEngine(s, tp, opt, newSolver)
+		if err != nil {
+			return nil, err
+		}
+		if x != nil {
+			for i, c := range x.coef {
+				if c != 0 && !(c >= minCoef && c <= maxCoef) {
+					return nil, fmt.Errorf("op %d: memory coefficient %g outside the simulator's range [%g, %g]", i, c, minCoef, maxCoef)
+				}
+			}
+			e.rel, e.lat1, e.coef = x.rel, x.lat, x.coef
+		}
+		return e.run()
 	}
-	return e.run()
 }
 
 type engine struct {
@@ -176,7 +217,7 @@ type engine struct {
 	fabUp  map[int]int32
 	fabDn  map[int]int32
 	lat    [3]units.Time
-	capRt  [3]float64 // per-class flow caps, bytes/ps
+	capRt  [3]int64 // per-class flow caps, rate units
 
 	// op state
 	waiting    []int32 // unmet dependencies
@@ -199,10 +240,26 @@ type engine struct {
 	busy    []units.Time
 	bytes   []float64
 
+	// Groups: the flows sharing a bottleneck run at one rate, the group's
+	// level, so a group keeps one clock for all of them. served is what
+	// each flow of the group has been served (2^-40 bytes) from the
+	// group's start up to at; a flow's tag is the served amount at which
+	// it is done. members holds each group's flows as a heap by (tag, id);
+	// the group's next completion is in groupEv.
+	gLevel   []int64
+	gServed  []u128
+	gAt      []units.Time
+	members  [][]int32
+	gTouched []bool
+	touched  []int32
+	groupEv  groupHeap
+	finished []int32 // flows done at this instant, from fire
+
 	now    units.Time
 	seq    int64
-	events eventHeap
+	starts eventHeap
 	result *Result
+	err    error // a failure inside the event loop
 
 	// The executor model (runProgram): per op, when the host has issued
 	// it, its start latency (negative: its path class's) and its memory
@@ -216,11 +273,11 @@ type engine struct {
 // garbage collector nothing to scan.
 type flowRec struct {
 	ops      [2]int32
-	bytes    float64
-	left     float64 // bytes left at time last
-	rate     float64 // bytes/ps
-	last     units.Time
-	version  int32
+	bytes    int64
+	tag      u128  // with its group: the group's served amount at which it is done
+	group    int32 // its group, -1 before its first solve
+	hpos     int32 // its index in its group's member heap
+	id       int32 // its place in the order flows were created
 	fluidID  int32
 	res      [maxFlowRes]int32 // the resources it holds: res[:nres]
 	coef     [maxFlowRes]float64
@@ -245,7 +302,7 @@ func (f *flowRec) hold(r int32, coef float64) {
 	f.nres++
 }
 
-func newEngine(s *ir.Schedule, tp *topo.Topology, opt Options, newSolver func(capacity []float64) solver) (*engine, error) {
+func newEngine(s *ir.Schedule, tp *topo.Topology, opt Options, newSolver func(capacity []u128) solver) (*engine, error) {
 	e := &engine{s: s, tp: tp, opt: opt, gpuIdx: map[int]int{}, rankG: map[int32]int{}, fabUp: map[int]int32{}, fabDn: map[int]int32{}}
 	if !opt.Ideal {
 		e.lat = [3]units.Time{ir.Local: tp.LatencyLocal, ir.NVLink: tp.LatencyNVLink, ir.Net: tp.LatencyNet}
@@ -254,7 +311,12 @@ func newEngine(s *ir.Schedule, tp *topo.Topology, opt Options, newSolver func(ca
 		if v < 0 {
 			return nil, fmt.Errorf("flow cap %v: must not be negative", v)
 		}
-		e.capRt[c] = float64(v) * 1e-12
+		if v > 0 {
+			if float64(v)*1e-12 > maxCapacityBpps {
+				return nil, fmt.Errorf("flow cap %v: beyond the simulator's range (%v)", v, units.Bandwidth(maxCapacityBpps*1e12))
+			}
+			e.capRt[c] = max(1, rateOf(float64(v)*1e-12))
+		}
 	}
 	nvl, nic := tp.NVLink, tp.NIC
 	if opt.Ideal {
@@ -299,12 +361,16 @@ func newEngine(s *ir.Schedule, tp *topo.Topology, opt Options, newSolver func(ca
 		}
 		e.rankG[int32(r.Rank)] = e.gpuIdx[g]
 	}
-	caps := make([]float64, len(e.res))
+	caps := make([]u128, len(e.res))
 	for i, r := range e.res {
-		caps[i] = float64(r.Capacity) * 1e-12
-		if !(caps[i] > 0) {
+		c := float64(r.Capacity) * 1e-12
+		if !(c > 0) {
 			return nil, fmt.Errorf("resource %s has capacity %v: must be positive", r.Name, r.Capacity)
 		}
+		if c > maxCapacityBpps {
+			return nil, fmt.Errorf("resource %s has capacity %v: beyond the simulator's range (%v)", r.Name, r.Capacity, units.Bandwidth(maxCapacityBpps*1e12))
+		}
+		caps[i] = fixedFloor(c, rateBits+coefBits)
 	}
 	if newSolver == nil {
 		e.fluid = newFluid(caps)
@@ -371,25 +437,30 @@ func (e *engine) run() (*Result, error) {
 		}
 	}
 	e.progress()
-	for batch := 1; e.events.Len() > 0; batch++ {
-		t := e.events.q[0].at
+	for batch := 1; e.err == nil; batch++ {
+		t, ok := e.nextTime()
+		if !ok {
+			break
+		}
 		e.now = t
-		for e.events.Len() > 0 && e.events.q[0].at == t {
-			ev := e.events.pop()
-			switch ev.kind {
-			case evStart:
-				e.startFlow(ev.flow)
-			case evDone:
-				f := &e.fl[ev.flow]
-				if f.version == ev.version && !f.finished {
-					e.finishFlow(ev.flow)
-				}
+		for e.err == nil {
+			if e.starts.Len() > 0 && e.starts.q[0].at == t {
+				e.startFlow(e.starts.pop().flow)
+			} else if e.groupEv.Len() > 0 && e.groupEv.q[0].at == t {
+				e.fire(e.groupEv.pop().group)
+			} else {
+				break
 			}
 		}
-		e.rebalance()
+		if e.err == nil {
+			e.rebalance()
+		}
 		if batch%progressEvery == 0 {
 			e.progress()
 		}
+	}
+	if e.err != nil {
+		return nil, e.err
 	}
 	e.progress()
 	if e.done != int(n) {
@@ -409,6 +480,19 @@ func (e *engine) run() (*Result, error) {
 		}
 	}
 	return r, nil
+}
+
+// nextTime is the time of the next event.
+func (e *engine) nextTime() (units.Time, bool) {
+	switch {
+	case e.starts.Len() > 0 && e.groupEv.Len() > 0:
+		return min(e.starts.q[0].at, e.groupEv.q[0].at), true
+	case e.starts.Len() > 0:
+		return e.starts.q[0].at, true
+	case e.groupEv.Len() > 0:
+		return e.groupEv.q[0].at, true
+	}
+	return 0, false
 }
 
 // progress reports how far the simulation has come, if asked to.
@@ -441,7 +525,7 @@ func (e *engine) opReady(i int32) {
 // and schedules its start after the path's latency.
 func (e *engine) newFlow(a, b int32) {
 	op := &e.s.Ops[a]
-	f := flowRec{ops: [2]int32{a, b}, ready: e.now}
+	f := flowRec{ops: [2]int32{a, b}, ready: e.now, group: -1}
 	var class ir.Class
 	if b < 0 {
 		class = ir.Local
@@ -451,16 +535,16 @@ func (e *engine) newFlow(a, b int32) {
 			coef = e.coef[a]
 		}
 		f.hold(e.mem[g], coef)
-		f.bytes = float64(op.Src.Bytes)
+		f.bytes = op.Src.Bytes
 		if op.Kind == ir.Quantize { // reads its source once, writes fp8 and scales
 			f.coef[0] = 1
 			if e.coef != nil && e.coef[a] > 0 { // the executor model: the kernel's rate
 				f.coef[0] = e.coef[a]
 			}
-			f.bytes = float64(op.Src.Bytes + op.Dst.Bytes + e.s.QuantScale[a].Bytes)
+			f.bytes = op.Src.Bytes + op.Dst.Bytes + e.s.QuantScale[a].Bytes
 		}
 	} else {
-		f.bytes = float64(op.Src.Bytes)
+		f.bytes = op.Src.Bytes
 		sg, dg := e.rankG[op.Rank], e.rankG[op.Peer]
 		sdom, ddom := e.gpus[sg]/e.tp.GPUsPerDomain, e.gpus[dg]/e.tp.GPUsPerDomain
 		switch {
@@ -506,7 +590,7 @@ func (e *engine) newFlow(a, b int32) {
 		}
 	}
 	id := e.alloc(f)
-	e.push(event{at: at + f.lat, kind: evStart, flow: id})
+	e.push(event{at: at + f.lat, flow: id})
 	if e.opt.Timeline {
 		e.result.Ops[a].Ready = e.now
 		if b >= 0 {
@@ -537,6 +621,7 @@ func (e *engine) alloc(f flowRec) int32 {
 		r.FlowCoef = append(r.FlowCoef, e.coefBuf[a:len(e.coefBuf):len(e.coefBuf)])
 		r.FlowLat, r.FlowOps = append(r.FlowLat, f.lat), append(r.FlowOps, f.ops)
 	}
+	f.id = e.nflows
 	e.nflows++
 	if k := len(e.freeFl); k > 0 {
 		id := e.freeFl[k-1]
@@ -545,13 +630,12 @@ func (e *engine) alloc(f flowRec) int32 {
 		return id
 	}
 	e.fl = append(e.fl, f)
-	e.events.pos = append(e.events.pos, -1)
 	return int32(len(e.fl) - 1)
 }
 
 func (e *engine) startFlow(id int32) {
 	f := &e.fl[id]
-	f.start, f.last, f.left = e.now, e.now, f.bytes
+	f.start = e.now
 	if f.bytes == 0 && e.rel != nil {
 		// The executor model's barriers move nothing: done on arrival,
 		// without entering the max-min solution.
@@ -568,13 +652,20 @@ func (e *engine) startFlow(id int32) {
 		return
 	}
 	res, coef := f.path()
-	f.fluidID = e.fluid.add(res, coef, e.capRt[f.class])
+	var fixed [maxFlowRes]int64
+	for k, c := range coef {
+		fixed[k] = coefOf(c)
+	}
+	f.fluidID = e.fluid.add(res, fixed[:len(coef)], e.capRt[f.class])
 	for int(f.fluidID) >= len(e.byFluid) {
 		e.byFluid = append(e.byFluid, -1)
 	}
 	e.byFluid[f.fluidID] = id
 	e.result.Events++
 	for _, r := range res {
+		if e.fluid.weight(r) > maxWeight {
+			e.err = fmt.Errorf("more flows at once on %s than the simulator holds (coefficients summing to %d x 2^-%d)", e.res[r].Name, e.fluid.weight(r), coefBits)
+		}
 		if e.active[r] == 0 {
 			e.since[r] = e.now
 		}
@@ -589,10 +680,25 @@ func (e *engine) startFlow(id int32) {
 	}
 }
 
+// fire ends the flows of group g that are done by now.
+func (e *engine) fire(g int32) {
+	e.advance(g)
+	e.touch(g)
+	h := e.members[g]
+	e.finished = e.finished[:0]
+	for len(h) > 0 && !e.gServed[g].less(e.fl[h[0]].tag) {
+		e.finished = append(e.finished, e.popMember(g))
+		h = e.members[g]
+	}
+	for _, id := range e.finished {
+		e.finishFlow(id)
+	}
+}
+
 func (e *engine) finishFlow(id int32) {
 	f := &e.fl[id]
 	f.finished = true
-	moved := f.bytes
+	moved := float64(f.bytes)
 	res, coef := f.path()
 	if f.fluidID < 0 {
 		res = nil // a barrier: it held nothing
@@ -627,53 +733,199 @@ func (e *engine) finishFlow(id int32) {
 	e.freeFl = append(e.freeFl, id)
 }
 
-// rebalance re-solves the rates the last batch of events changed and
-// reschedules the completions of the flows whose rate changed.
+// rebalance re-solves the rates the last batch of events changed: each
+// group whose level moved keeps its clock up to now at the old level, and
+// each flow that changes group carries what it has left into the new one.
 func (e *engine) rebalance() {
-	for _, c := range e.fluid.solve() {
-		id := e.byFluid[c.id]
-		f := &e.fl[id]
-		f.left -= c.old * float64(e.now-f.last)
-		if f.left < 0 {
-			f.left = 0
-		}
-		f.last = e.now
-		f.rate = c.new
-		f.version++
-		dt := units.Time(math.Ceil(f.left / f.rate))
-		// The flow's completion moves: one pending event per flow, updated
-		// in place, as if pushed anew.
-		e.events.set(event{at: e.now + dt, seq: e.seq, kind: evDone, flow: id, version: f.version})
-		e.seq++
+	e.fluid.solve()
+	levels, moves := e.fluid.changes()
+	for n := e.fluid.groups(); len(e.gLevel) < n; {
+		e.gLevel = append(e.gLevel, e.fluid.levelOf(int32(len(e.gLevel))))
+		e.gServed = append(e.gServed, u128{})
+		e.gAt = append(e.gAt, e.now)
+		e.members = append(e.members, nil)
+		e.gTouched = append(e.gTouched, false)
+		e.groupEv.pos = append(e.groupEv.pos, -1)
 	}
+	for _, c := range levels {
+		e.advance(c.group)
+	}
+	for _, m := range moves {
+		if m.old >= 0 {
+			e.advance(m.old)
+		}
+		e.advance(m.new)
+	}
+	for _, c := range levels {
+		e.gLevel[c.group] = c.new
+		e.touch(c.group)
+	}
+	for _, m := range moves {
+		id := e.byFluid[m.id]
+		f := &e.fl[id]
+		left := bytesServed(f.bytes)
+		if m.old >= 0 {
+			left = f.tag.sub(e.gServed[m.old])
+			if f.tag.less(e.gServed[m.old]) {
+				left = u128{}
+			}
+			e.removeMember(m.old, id)
+			e.touch(m.old)
+		}
+		f.group = m.new
+		f.tag = e.gServed[m.new].add(left)
+		e.pushMember(m.new, id)
+		e.touch(m.new)
+	}
+	for _, g := range e.touched {
+		e.gTouched[g] = false
+		e.reschedule(g)
+	}
+	e.touched = e.touched[:0]
+}
+
+// advance brings group g's clock to now at its level.
+func (e *engine) advance(g int32) {
+	if dt := e.now - e.gAt[g]; dt > 0 {
+		if l := e.gLevel[g]; l != noLevel && len(e.members[g]) > 0 {
+			e.gServed[g] = e.gServed[g].add(mul128(uint64(l), uint64(dt)))
+		}
+		e.gAt[g] = e.now
+	}
+}
+
+func (e *engine) touch(g int32) {
+	if !e.gTouched[g] {
+		e.gTouched[g] = true
+		e.touched = append(e.touched, g)
+	}
+}
+
+// maxTime bounds simulated time: a completion later than this is an
+// error (about 53 days).
+const maxTime = units.Time(math.MaxInt64 / 2)
+
+// reschedule sets group g's next completion: its first member's.
+func (e *engine) reschedule(g int32) {
+	h := e.members[g]
+	if len(h) == 0 {
+		e.groupEv.remove(g)
+		return
+	}
+	l := e.gLevel[g]
+	if l <= 0 || l == noLevel {
+		e.err = fmt.Errorf("sim: flows bottlenecked at group %d run at %d x 2^-%d bytes/ps, outside the simulator's resolution", g, l, rateBits)
+		return
+	}
+	var dt int64
+	if top := e.fl[h[0]].tag; e.gServed[g].less(top) {
+		dt = top.sub(e.gServed[g]).ceilDiv(uint64(l))
+	}
+	if dt >= int64(maxTime) || e.gAt[g] > maxTime-units.Time(dt) {
+		e.err = fmt.Errorf("sim: a flow would end past the simulator's clock (%v)", maxTime)
+		return
+	}
+	e.groupEv.set(g, e.gAt[g]+units.Time(dt))
+}
+
+// memberBefore orders a group's flows: by tag, then by creation.
+func (e *engine) memberBefore(a, b int32) bool {
+	fa, fb := &e.fl[a], &e.fl[b]
+	if fa.tag != fb.tag {
+		return fa.tag.less(fb.tag)
+	}
+	return fa.id < fb.id
+}
+
+func (e *engine) placeMember(g int32, i int, id int32) {
+	e.members[g][i] = id
+	e.fl[id].hpos = int32(i)
+}
+
+func (e *engine) memberUp(g int32, i int) {
+	h := e.members[g]
+	id := h[i]
+	for i > 0 {
+		p := (i - 1) / 2
+		if !e.memberBefore(id, h[p]) {
+			break
+		}
+		e.placeMember(g, i, h[p])
+		i = p
+	}
+	e.placeMember(g, i, id)
+}
+
+func (e *engine) memberDown(g int32, i int) {
+	h := e.members[g]
+	n := len(h)
+	id := h[i]
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && e.memberBefore(h[r], h[l]) {
+			m = r
+		}
+		if !e.memberBefore(h[m], id) {
+			break
+		}
+		e.placeMember(g, i, h[m])
+		i = m
+	}
+	e.placeMember(g, i, id)
+}
+
+func (e *engine) pushMember(g, id int32) {
+	e.members[g] = append(e.members[g], id)
+	e.memberUp(g, len(e.members[g])-1)
+}
+
+func (e *engine) popMember(g int32) int32 {
+	h := e.members[g]
+	top := h[0]
+	n := len(h) - 1
+	e.members[g] = h[:n]
+	if n > 0 {
+		e.placeMember(g, 0, h[n])
+		e.memberDown(g, 0)
+	}
+	return top
+}
+
+func (e *engine) removeMember(g, id int32) {
+	h := e.members[g]
+	i := int(e.fl[id].hpos)
+	n := len(h) - 1
+	e.members[g] = h[:n]
+	if i == n {
+		return
+	}
+	e.placeMember(g, i, h[n])
+	e.memberDown(g, i)
+	e.memberUp(g, int(e.fl[h[n]].hpos))
 }
 
 func (e *engine) push(ev event) {
 	ev.seq = e.seq
 	e.seq++
-	e.events.push(ev)
+	e.starts.push(ev)
 }
 
-const (
-	evStart = iota
-	evDone
-)
-
+// event is a flow's start.
 type event struct {
-	at      units.Time
-	seq     int64
-	kind    int8
-	flow    int32
-	version int32
+	at   units.Time
+	seq  int64
+	flow int32
 }
 
-// eventHeap orders events by (time, sequence): deterministic on ties. A
-// flow has at most one pending completion; pos locates it, so a rate change
-// moves it instead of leaving a stale copy behind. It is a typed binary
-// heap: container/heap would box every event in an interface.
+// eventHeap orders flow starts by (time, sequence): deterministic on
+// ties. It is a typed binary heap: container/heap would box every event in
+// an interface.
 type eventHeap struct {
-	q   []event
-	pos []int32 // per flow: the index of its pending evDone in q, or -1
+	q []event
 }
 
 func (h *eventHeap) Len() int { return len(h.q) }
@@ -685,15 +937,76 @@ func (a event) before(b event) bool {
 	return a.seq < b.seq
 }
 
-// place puts ev at index i and records where a completion went.
-func (h *eventHeap) place(i int, ev event) {
-	h.q[i] = ev
-	if ev.kind == evDone {
-		h.pos[ev.flow] = int32(i)
+func (h *eventHeap) push(ev event) {
+	h.q = append(h.q, ev)
+	i := len(h.q) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !ev.before(h.q[p]) {
+			break
+		}
+		h.q[i] = h.q[p]
+		i = p
 	}
+	h.q[i] = ev
 }
 
-func (h *eventHeap) up(i int) {
+func (h *eventHeap) pop() event {
+	top := h.q[0]
+	n := len(h.q) - 1
+	last := h.q[n]
+	h.q = h.q[:n]
+	if n == 0 {
+		return top
+	}
+	i := 0
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && h.q[r].before(h.q[l]) {
+			m = r
+		}
+		if !h.q[m].before(last) {
+			break
+		}
+		h.q[i] = h.q[m]
+		i = m
+	}
+	h.q[i] = last
+	return top
+}
+
+// groupEvent is a group's next completion.
+type groupEvent struct {
+	at    units.Time
+	group int32
+}
+
+// groupHeap orders the groups' next completions by (time, group); pos
+// locates each group's entry, so that a rate change moves it in place.
+type groupHeap struct {
+	q   []groupEvent
+	pos []int32 // per group: its index in q, or -1
+}
+
+func (h *groupHeap) Len() int { return len(h.q) }
+
+func (a groupEvent) before(b groupEvent) bool {
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	return a.group < b.group
+}
+
+func (h *groupHeap) place(i int, ev groupEvent) {
+	h.q[i] = ev
+	h.pos[ev.group] = int32(i)
+}
+
+func (h *groupHeap) up(i int) {
 	ev := h.q[i]
 	for i > 0 {
 		p := (i - 1) / 2
@@ -706,7 +1019,7 @@ func (h *eventHeap) up(i int) {
 	h.place(i, ev)
 }
 
-func (h *eventHeap) down(i int) {
+func (h *groupHeap) down(i int) {
 	n := len(h.q)
 	ev := h.q[i]
 	for {
@@ -727,16 +1040,13 @@ func (h *eventHeap) down(i int) {
 	h.place(i, ev)
 }
 
-func (h *eventHeap) push(ev event) {
-	h.q = append(h.q, ev)
-	h.up(len(h.q) - 1)
-}
-
-// set pushes a flow's completion, or moves its pending one.
-func (h *eventHeap) set(ev event) {
-	i := h.pos[ev.flow]
+// set puts group g's next completion at at.
+func (h *groupHeap) set(g int32, at units.Time) {
+	ev := groupEvent{at, g}
+	i := h.pos[g]
 	if i < 0 {
-		h.push(ev)
+		h.q = append(h.q, ev)
+		h.up(len(h.q) - 1)
 		return
 	}
 	old := h.q[i]
@@ -748,18 +1058,27 @@ func (h *eventHeap) set(ev event) {
 	}
 }
 
-func (h *eventHeap) pop() event {
-	top := h.q[0]
-	if top.kind == evDone {
-		h.pos[top.flow] = -1
+// remove drops group g's entry, if any.
+func (h *groupHeap) remove(g int32) {
+	i := h.pos[g]
+	if i < 0 {
+		return
 	}
+	h.pos[g] = -1
 	n := len(h.q) - 1
 	last := h.q[n]
 	h.q = h.q[:n]
-	if n > 0 {
-		h.q[0] = last
-		h.down(0)
+	if int(i) == n {
+		return
 	}
+	h.place(int(i), last)
+	h.down(int(i))
+	h.up(int(h.pos[last.group]))
+}
+
+func (h *groupHeap) pop() groupEvent {
+	top := h.q[0]
+	h.remove(top.group)
 	return top
 }
 

@@ -1,133 +1,148 @@
 package sim
 
-import "math"
+import "slices"
 
-// fluid is a set of resources shared by active flows. Rates are max-min
-// fair: progressive filling raises every unfrozen flow's rate together
-// until some resource saturates, freezes the flows crossing it, and repeats.
-// A flow may use a resource with a coefficient (2 for memory: a copy reads
-// and writes each byte). Rates are in bytes per picosecond.
+// fluid is a set of resources shared by active flows at max-min fair rates,
+// in exact fixed-point arithmetic (fixed.go).
 //
-// Solving is incremental: only the connected component (flows linked by
-// shared resources) around resources whose flow set changed is re-solved.
-// When many flows are active, a local re-solve comes first (solveLocal): it
-// re-solves only the flows on the changed resources, holding the others at
-// their rates, and checks the result against the max-min conditions; it
-// widens the set until they hold, and falls back to the component.
+// The solution is the one progressive filling gives: every unfrozen flow's
+// rate rises together; at each step the level is the least candidate
+// floor((capacity - frozen load) / unfrozen coefficients) over the
+// resources and the least rate cap over the flows; the resources whose
+// candidate is the level saturate there and freeze their flows, as do the
+// flows capped there. Levels rise strictly from step to step, so each
+// resource has one saturation level (noLevel if it never saturates) and a
+// flow's rate is min(its cap, the least level on its path). Groups name
+// that: a flow's group is its bottleneck, the resource of least level on
+// its path (the least index among equals), or its cap's group when the cap
+// is no higher; a group's flows all run at the group's level.
+//
+// A solve is local. It refills the resources whose flow set changed (the
+// set A) with every flow on them, each flow bounded by the levels of its
+// resources outside A (held), then checks every held resource that a flow
+// whose rate changed crosses: its level must be what its own flows' rates
+// give (verify). A held resource that fails joins A and the refill runs
+// again; when A's flows pass half the active flows the solve fills the
+// whole connected component. The result equals a fill of every flow from
+// scratch bit for bit: progressive filling visits levels in order, and a
+// held resource whose candidate at every level below its own is higher
+// and at its own equal to it saturates there in the full fill too
+// (docs/sim.md; the tests hold it to a full fill on random flows, random
+// schedules and every shipped scenario).
 type fluid struct {
-	capacity []float64 // per resource, bytes/ps
+	nres     int
+	capacity []u128    // per resource, load units
 	users    [][]int32 // per resource, its active flows
 	userPos  [][]int32 // per resource, per user: index of the resource in the flow's list
+	wsum     []int64   // per resource: the sum of its flows' coefficients
 
 	flows   []flowState
 	pos     [][maxPath]int32 // per flow slot: its index in users[res[k]]
-	limit   []float64        // per flow slot: its rate cap in bytes/ps; 0 for none
 	free    []int32          // recycled flow slots
 	nactive int              // active flows
-	ncapped int              // active flows with a rate cap
 
-	// Per resource, maintained by add and remove: the sum of the
-	// coefficients of its flows. Coefficients are small integers (1, or 2
-	// for a copy's memory), so the sum is exact in any order and equals
-	// the one a solve would accumulate; intCoef turns false, for good, at
-	// the first coefficient that is not, and solves then sum per flow.
-	wsum    []float64
-	intCoef bool
-
-	// The state of the last solution, per resource: the level at which it
-	// saturated (+Inf if it did not), the number of flows it bottlenecks,
-	// and its load (sum of coefficient x rate).
-	level []float64
-	nb    []int32
-	load  []float64
-	// localMin is the number of active flows from which solve tries a local
-	// re-solve first. Below it, every solve fills the whole component.
-	localMin int
-	// local and full count the solves of each kind, for tests and tuning.
-	local, full int
-	// scratch of the local re-solve, per flow slot and per resource
-	nrate  []float64
-	nbott  []int32
-	nfrz   []bool
-	lv     []float64
-	sb     []int32
-	frozAt []bool
-	actv   []int32
+	// level is per group: the resources' saturation levels (noLevel: not
+	// saturated), then the cap groups' caps.
+	level    []int64
+	capGroup map[int64]int32 // a cap -> its group
 
 	dirty []int32 // resources whose flow set changed since the last solve
+
+	// What the last solve changed: the groups whose level moved and the
+	// flows whose group did (a new flow from group -1).
+	levelCh []levelChange
+	moves   []move
+
+	// fullFrac: a solve whose flows pass this fraction of the active
+	// flows fills the whole component (0: always; the tests vary it).
+	fullFrac float64
+	// local and full count the solves of each kind, rounds the refills of
+	// local solves, for tests and tuning.
+	local, full, rounds int
+	sumS, sumA          int
+
 	// scratch, stamped per solve
-	resMark  []uint32
-	flowMark []uint32
-	frz      []uint32 // per flow slot: the epoch of the solve that froze it
 	epoch    uint32
-	compRes  []int32
-	compFlow []int32
-	left     []float64 // per resource in the component: capacity minus frozen load
-	weight   []float64 // per resource: sum of coefficients of unfrozen flows
-	count    []int32   // per resource: number of unfrozen flows
-	changed  []change  // flows whose rate changed in the last solve
-	capped   []int32   // scratch: unfrozen flows with a rate cap
-	act      []int32   // scratch: the resources of a full solve with unfrozen flows
-	// scratch of the local re-solve: the flows of S on each resource of R,
-	// in CSR form (sOff indexed by the resource's place in R)
-	sOff  []int32
-	sFlow []int32
-	rIdx  []int32 // per resource: its place in R
+	resMark  []uint32 // per resource: in A at this epoch
+	flowMark []uint32 // per flow slot: in S at this epoch
+	chkMark  []uint32 // per resource: queued for verification in round chk
+	chk      uint32
+	A, S     []int32
+	check    []int32
+	// the refill's state, per resource of A and per flow of S
+	load   []u128  // per resource: load of the frozen flows
+	wt     []int64 // per resource: coefficients of the unfrozen flows
+	count  []int32 // per resource: unfrozen flows
+	cand   []int64 // per resource: its candidate level
+	nlevel []int64 // per resource: its new level
+	nrate  []int64 // per flow slot: its new rate
+	bound  []int64 // per flow slot: its cap and held levels
+	nfrz   []bool  // per flow slot: frozen in this refill
+	capped []int32 // flows of S with a finite bound
+	sorted []rateCoef
 }
 
-// change records a flow whose rate a solve changed: its old and new rates.
-type change struct {
-	id       int32
-	old, new float64
-}
-
-// flowState is what the solves read of a flow: 64 bytes, one cache line.
+// flowState is what the solves read of a flow.
 type flowState struct {
-	res  [maxPath]int32
-	coef [maxPath]float64
-	rate float64 // bytes/ps
-	bott int32   // the resource that froze it in the last solve; -1: its cap, or none
-	n    int8
+	res   [maxPath]int32
+	coef  [maxPath]int64
+	rate  int64 // rate units
+	group int32 // its group; -1 before its first solve
+	capG  int32 // its cap's group, or -1
+	n     int8
 }
+
+// levelChange is a group whose level a solve changed.
+type levelChange struct {
+	group    int32
+	old, new int64
+}
+
+// move is a flow whose group a solve changed (old -1: a new flow).
+type move struct{ id, old, new int32 }
+
+type rateCoef struct{ rate, coef int64 }
+
+// defaultFullFrac is where a local solve gives way to a full one: past
+// half the active flows, the component costs little more.
+const defaultFullFrac = 0.5
 
 // maxPath is the most resources one flow holds at once: egress and ingress
 // ports, two fabric links and a GPU's NCCL channels at each end.
 const maxPath = 6
 
-// defaultLocalMin is where local re-solving starts to pay: below it, a
-// component is small enough to fill whole.
-const defaultLocalMin = 2048
-
-func newFluid(capacity []float64) *fluid {
+func newFluid(capacity []u128) *fluid {
 	n := len(capacity)
 	f := &fluid{
+		nres:     n,
 		capacity: capacity,
 		users:    make([][]int32, n),
 		userPos:  make([][]int32, n),
+		wsum:     make([]int64, n),
+		level:    make([]int64, n),
+		capGroup: map[int64]int32{},
 		resMark:  make([]uint32, n),
-		left:     make([]float64, n),
-		weight:   make([]float64, n),
+		chkMark:  make([]uint32, n),
+		load:     make([]u128, n),
+		wt:       make([]int64, n),
 		count:    make([]int32, n),
-		level:    make([]float64, n),
-		nb:       make([]int32, n),
-		load:     make([]float64, n),
-		lv:       make([]float64, n),
-		sb:       make([]int32, n),
-		frozAt:   make([]bool, n),
-		wsum:     make([]float64, n),
-		rIdx:     make([]int32, n),
-		intCoef:  true,
-		localMin: defaultLocalMin,
+		cand:     make([]int64, n),
+		nlevel:   make([]int64, n),
+		fullFrac: defaultFullFrac,
 	}
 	for r := range f.level {
-		f.level[r] = math.Inf(1)
+		f.level[r] = noLevel
 	}
 	return f
 }
 
-// add starts a flow over resources res with coefficients coef and returns
-// its id. Its rate is set by the next solve.
-func (f *fluid) add(res []int32, coef []float64, limit float64) int32 {
+// groups is the number of groups: every resource, then the cap groups.
+func (f *fluid) groups() int { return len(f.level) }
+
+// add starts a flow over resources res with coefficients coef (fixed
+// point) and a rate cap (rate units, 0 for none), and returns its id. Its
+// rate and group are set by the next solve.
+func (f *fluid) add(res []int32, coef []int64, limit int64) int32 {
 	var id int32
 	if k := len(f.free); k > 0 {
 		id = f.free[k-1]
@@ -136,28 +151,27 @@ func (f *fluid) add(res []int32, coef []float64, limit float64) int32 {
 		id = int32(len(f.flows))
 		f.flows = append(f.flows, flowState{})
 		f.pos = append(f.pos, [maxPath]int32{})
-		f.limit = append(f.limit, 0)
 		f.flowMark = append(f.flowMark, 0)
-		f.frz = append(f.frz, 0)
 		f.nrate = append(f.nrate, 0)
-		f.nbott = append(f.nbott, -1)
+		f.bound = append(f.bound, 0)
 		f.nfrz = append(f.nfrz, false)
 	}
 	f.nactive++
-	if limit > 0 {
-		f.ncapped++
-	}
-	f.limit[id] = limit
-	f.frz[id] = 0
 	fl := &f.flows[id]
-	*fl = flowState{n: int8(len(res)), bott: -1}
-	for k, r := range res {
-		c := coef[k]
-		if c != math.Trunc(c) || c <= 0 || c > 1<<20 {
-			f.intCoef = false
+	*fl = flowState{n: int8(len(res)), group: -1, capG: -1}
+	if limit > 0 {
+		g, ok := f.capGroup[limit]
+		if !ok {
+			g = int32(len(f.level))
+			f.capGroup[limit] = g
+			f.level = append(f.level, limit)
 		}
-		f.wsum[r] += c
-		fl.res[k], fl.coef[k] = r, c
+		fl.capG = g
+	}
+	f.flowMark[id] = 0
+	for k, r := range res {
+		fl.res[k], fl.coef[k] = r, coef[k]
+		f.wsum[r] += coef[k]
 		f.pos[id][k] = int32(len(f.users[r]))
 		f.users[r] = append(f.users[r], id)
 		f.userPos[r] = append(f.userPos[r], int32(k))
@@ -170,18 +184,8 @@ func (f *fluid) add(res []int32, coef []float64, limit float64) int32 {
 func (f *fluid) remove(id int32) {
 	fl := &f.flows[id]
 	f.nactive--
-	if f.limit[id] > 0 {
-		f.ncapped--
-	}
-	if fl.bott >= 0 {
-		f.nb[fl.bott]--
-	}
 	for k := range int(fl.n) {
 		r := fl.res[k]
-		f.load[r] -= fl.coef[k] * fl.rate
-		if f.load[r] < 0 {
-			f.load[r] = 0
-		}
 		f.wsum[r] -= fl.coef[k]
 		p := f.pos[id][k]
 		us, ps := f.users[r], f.userPos[r]
@@ -194,427 +198,358 @@ func (f *fluid) remove(id int32) {
 		f.users[r], f.userPos[r] = us[:last], ps[:last]
 		f.dirty = append(f.dirty, r)
 	}
-	fl.rate = 0
 	f.free = append(f.free, id)
 }
 
-// solve recomputes the rates of the flows in the components touched since
-// the last solve and returns the flows whose rate changed.
-func (f *fluid) solve() []change {
-	f.changed = f.changed[:0]
-	if len(f.dirty) == 0 {
-		return f.changed
-	}
-	if f.nactive >= f.localMin && f.solveLocal() {
-		f.local++
-		return f.changed
-	}
-	f.full++
-	e := f.stamp()
-	// The component: every resource and flow reachable from a dirty resource.
-	f.compRes, f.compFlow = f.compRes[:0], f.compFlow[:0]
-	for _, r := range f.dirty {
-		if f.resMark[r] != e {
-			f.resMark[r] = e
-			f.compRes = append(f.compRes, r)
-		}
-	}
-	f.dirty = f.dirty[:0]
-	for i := 0; i < len(f.compRes); i++ {
-		for _, id := range f.users[f.compRes[i]] {
-			if f.flowMark[id] == e {
-				continue
-			}
-			f.flowMark[id] = e
-			f.compFlow = append(f.compFlow, id)
-			fl := &f.flows[id]
-			for k := range int(fl.n) {
-				if r := fl.res[k]; f.resMark[r] != e {
-					f.resMark[r] = e
-					f.compRes = append(f.compRes, r)
-				}
-			}
-		}
-	}
-	// Progressive filling. Every unfrozen flow has the same rate, level.
-	for _, r := range f.compRes {
-		f.left[r] = f.capacity[r]
-		f.weight[r] = f.wsum[r]
-		f.count[r] = int32(len(f.users[r]))
-		f.level[r] = math.Inf(1)
-		f.nb[r] = 0
-		f.load[r] = 0
-	}
-	if !f.intCoef { // sum the coefficients in the component's order
-		for _, r := range f.compRes {
-			f.weight[r] = 0
-		}
-		for _, id := range f.compFlow {
-			fl := &f.flows[id]
-			for k := range int(fl.n) {
-				f.weight[fl.res[k]] += fl.coef[k]
-			}
-		}
-	}
-	f.capped = f.capped[:0]
-	if f.ncapped > 0 {
-		for _, id := range f.compFlow {
-			if f.limit[id] > 0 {
-				f.capped = append(f.capped, id)
-			}
-		}
-	}
-	active := append(f.act[:0], f.compRes...)
-	unfrozen := len(f.compFlow)
-	level := 0.0
-	for unfrozen > 0 {
-		var next float64
-		active, next = f.nextSaturation(active, level)
-		for _, id := range f.capped {
-			if f.frz[id] != e && f.limit[id] < next {
-				next = f.limit[id]
-			}
-		}
-		if math.IsInf(next, 1) {
-			break // flows on no resource: cannot happen, every flow has one
-		}
-		inc := next - level
-		for _, r := range active {
-			f.left[r] -= inc * f.weight[r]
-		}
-		level = next
-		// Freeze capped flows that reached their cap.
-		for _, id := range f.capped {
-			if f.frz[id] != e && f.limit[id] <= level*(1+1e-12) {
-				f.freeze(id, level, -1, e)
-				unfrozen--
-			}
-		}
-		// Freeze the flows of every resource saturated at this level.
-		for _, r := range active {
-			if f.count[r] == 0 || f.left[r] > 1e-12*f.capacity[r] {
-				continue
-			}
-			f.level[r] = level
-			for _, id := range f.users[r] {
-				if f.frz[id] != e {
-					f.freeze(id, level, r, e)
-					unfrozen--
-				}
-			}
-			f.weight[r] = 0
-			f.left[r] = 0
-		}
-	}
-	f.act = active
-	// Record the solution's loads for local re-solves, summed in the
-	// component's order (freeze counted the bottlenecks).
-	for _, id := range f.compFlow {
-		fl := &f.flows[id]
-		for k := range int(fl.n) {
-			f.load[fl.res[k]] += fl.coef[k] * fl.rate
-		}
-	}
-	return f.changed
-}
-
-// nextSaturation drops from active the resources with no unfrozen flow
-// left and returns the rest with the level at which the first of them
-// saturates (+Inf when none is left).
-func (f *fluid) nextSaturation(active []int32, level float64) ([]int32, float64) {
-	next := math.Inf(1)
-	keep := active[:0]
-	for _, r := range active {
-		if f.count[r] == 0 {
-			continue
-		}
-		keep = append(keep, r)
-		if l := level + f.left[r]/f.weight[r]; l < next {
-			next = l
-		}
-	}
-	return keep, next
-}
-
-// stamp starts a new marking epoch and returns it.
+// stamp starts a new marking epoch.
 func (f *fluid) stamp() uint32 {
 	f.epoch++
 	if f.epoch == 0 { // wrapped: reset stamps
 		clear(f.resMark)
 		clear(f.flowMark)
-		clear(f.frz)
 		f.epoch = 1
 	}
 	return f.epoch
 }
 
-// freeze fixes a flow's rate at level and takes it out of the filling of
-// the solve of epoch e; at is the resource that froze it (-1: its cap).
-func (f *fluid) freeze(id int32, level float64, at int32, e uint32) {
-	fl := &f.flows[id]
-	f.frz[id] = e
-	fl.bott = at
-	if at >= 0 {
-		f.nb[at]++
+// solve recomputes the rates after flows came and went; levelCh and
+// moves then hold what changed.
+func (f *fluid) solve() {
+	f.levelCh, f.moves = f.levelCh[:0], f.moves[:0]
+	if len(f.dirty) == 0 {
+		return
 	}
-	if fl.rate != level {
-		f.changed = append(f.changed, change{id, fl.rate, level})
-	}
-	fl.rate = level
-	for k := range int(fl.n) {
-		f.weight[fl.res[k]] -= fl.coef[k]
-		f.count[fl.res[k]]--
-	}
-}
-
-// localRounds bounds how often a local re-solve widens its set before it
-// gives the component to the full solve.
-const localRounds = 8
-
-// solveLocal re-solves the flows on the changed resources (the set S),
-// holding every other flow at its rate, and accepts the result when the
-// max-min conditions hold on every resource S touches; otherwise it adds
-// the flows of the resources where they fail to S and tries again. It
-// reports false, changing nothing, when S grows past half the active flows
-// or the rounds run out: the caller then fills the whole component.
-//
-// The conditions: a feasible allocation is max-min fair if and only if
-// every flow has a bottleneck, a saturated resource on which no flow is
-// faster. The flows outside S keep their rates and bottlenecks, so only a
-// resource r that S touches can break them:
-//   - if flows outside S are bottlenecked at r, r must saturate at their
-//     rate (its level must not change);
-//   - if a flow of S is bottlenecked at r at a level below r's old one, no
-//     flow outside S on r may be faster.
-//
-// Levels are compared with a relative tolerance of 1e-9.
-func (f *fluid) solveLocal() bool {
 	e := f.stamp()
-	S, R := f.compFlow[:0], f.compRes[:0]
-	addRes := func(r int32) {
-		if f.resMark[r] != e {
-			f.resMark[r] = e
-			R = append(R, r)
-		}
-	}
-	addFlow := func(id int32) {
-		if f.flowMark[id] == e {
-			return
-		}
-		f.flowMark[id] = e
-		S = append(S, id)
-		fl := &f.flows[id]
-		for k := range int(fl.n) {
-			addRes(fl.res[k])
-		}
-	}
+	f.A, f.S = f.A[:0], f.S[:0]
 	for _, r := range f.dirty {
-		addRes(r)
-		for _, id := range f.users[r] {
-			addFlow(id)
-		}
+		f.addRes(r, e)
 	}
-	limit := f.nactive / 2
-	for round := 0; ; round++ {
-		if len(S) > limit || round == localRounds {
-			f.compFlow, f.compRes = S, R
-			return false
+	f.dirty = f.dirty[:0]
+	for {
+		if float64(len(f.S)) > f.fullFrac*float64(f.nactive) {
+			f.fillComponent(e)
+			f.full++
+			break
 		}
-		f.fillLocal(S, R)
-		bad := false
-		for _, r := range R[:len(R):len(R)] {
-			if f.violated(r, e) {
-				bad = true
-				for _, id := range f.users[r] {
-					addFlow(id)
-				}
-			}
-		}
-		if !bad {
+		f.rounds++
+		f.sumS += len(f.S)
+		f.sumA += len(f.A)
+		f.fill(e)
+		if f.verifyHeld(e) {
+			f.local++
 			break
 		}
 	}
-	for _, id := range S {
-		fl := &f.flows[id]
-		nr := f.nrate[id]
-		if nr != fl.rate {
-			f.changed = append(f.changed, change{id, fl.rate, nr})
-			for k := range int(fl.n) {
-				f.load[fl.res[k]] += fl.coef[k] * (nr - fl.rate)
-			}
-		}
-		if fl.bott >= 0 {
-			f.nb[fl.bott]--
-		}
-		if b := f.nbott[id]; b >= 0 {
-			f.nb[b]++
-		}
-		fl.rate, fl.bott = nr, f.nbott[id]
-	}
-	for _, r := range R {
-		f.level[r] = f.lv[r]
-	}
-	f.compFlow, f.compRes = S, R
-	f.dirty = f.dirty[:0]
-	return true
+	f.commit()
 }
 
-// fillLocal runs progressive filling over the flows S on the resources R,
-// each resource's capacity reduced by the load of the flows outside S. It
-// writes the new rates and bottlenecks to nrate and nbott, each resource's
-// saturation level to lv, the number of S flows its old solution
-// bottlenecked there to sb, and whether an S flow froze there to frozAt.
-func (f *fluid) fillLocal(S, R []int32) {
-	for _, r := range R {
-		f.left[r] = f.capacity[r] - f.load[r]
-		f.weight[r], f.count[r], f.sb[r] = 0, 0, 0
-		f.lv[r], f.frozAt[r] = math.Inf(1), false
+// addRes puts a resource and its flows in A and S.
+func (f *fluid) addRes(r int32, e uint32) {
+	if f.resMark[r] == e {
+		return
+	}
+	f.resMark[r] = e
+	f.A = append(f.A, r)
+	for _, id := range f.users[r] {
+		if f.flowMark[id] != e {
+			f.flowMark[id] = e
+			f.S = append(f.S, id)
+		}
+	}
+}
+
+// fillComponent makes A the connected component of A (through shared
+// flows) and fills it.
+func (f *fluid) fillComponent(e uint32) {
+	for i := 0; i < len(f.S); i++ {
+		fl := &f.flows[f.S[i]]
+		for k := range int(fl.n) {
+			f.addRes(fl.res[k], e)
+		}
+	}
+	f.fill(e)
+}
+
+// fill runs progressive filling over the flows S on the resources A, each
+// flow bounded by its cap and the levels of its resources outside A. It
+// sets nlevel for A's resources and nrate for S's flows.
+func (f *fluid) fill(e uint32) {
+	for _, r := range f.A {
+		f.load[r] = u128{}
+		f.wt[r] = f.wsum[r]
+		f.count[r] = int32(len(f.users[r]))
+		f.nlevel[r] = noLevel
+		f.cand[r] = f.candidate(r)
 	}
 	f.capped = f.capped[:0]
-	for _, id := range S {
+	for _, id := range f.S {
 		fl := &f.flows[id]
-		f.nfrz[id], f.nbott[id], f.nrate[id] = false, -1, 0
-		if f.limit[id] > 0 {
+		b := int64(noLevel)
+		if fl.capG >= 0 {
+			b = f.level[fl.capG]
+		}
+		for k := range int(fl.n) {
+			if r := fl.res[k]; f.resMark[r] != e {
+				b = min(b, f.level[r])
+			}
+		}
+		f.bound[id], f.nfrz[id], f.nrate[id] = b, false, 0
+		if b != noLevel {
 			f.capped = append(f.capped, id)
 		}
-		if fl.bott >= 0 {
-			f.sb[fl.bott]++
-		}
-		for k := range int(fl.n) {
-			r := fl.res[k]
-			f.left[r] += fl.coef[k] * fl.rate
-			f.weight[r] += fl.coef[k]
-			f.count[r]++
-		}
 	}
-	for _, r := range R {
-		f.left[r] = max(f.left[r], 0)
-	}
-	// The flows of S on each resource of R: a saturated resource freezes
-	// them without scanning its other flows. Which flows freeze where does
-	// not depend on their order, and with integer coefficients neither do
-	// the weights left.
-	csr := f.intCoef
-	if csr {
-		f.sOff = resize(f.sOff, len(R)+1)
-		f.sOff[0] = 0
-		for i, r := range R {
-			f.rIdx[r] = int32(i)
-			f.sOff[i+1] = f.count[r]
-		}
-		for i := range R {
-			f.sOff[i+1] += f.sOff[i]
-		}
-		f.sFlow = resize(f.sFlow, int(f.sOff[len(R)]))
-		for _, id := range S {
-			fl := &f.flows[id]
-			for k := range int(fl.n) {
-				i := f.rIdx[fl.res[k]]
-				f.sFlow[f.sOff[i]] = id
-				f.sOff[i]++
-			}
-		}
-		for i := len(R); i > 0; i-- { // the cursors moved each start to the next one's
-			f.sOff[i] = f.sOff[i-1]
-		}
-		f.sOff[0] = 0
-	}
-	e := f.epoch
-	freeze := func(id int32, level float64, at int32) {
-		f.nfrz[id], f.nrate[id], f.nbott[id] = true, level, at
-		fl := &f.flows[id]
-		for k := range int(fl.n) {
-			f.weight[fl.res[k]] -= fl.coef[k]
-			f.count[fl.res[k]]--
-		}
-	}
-	active := append(f.actv[:0], R...)
-	unfrozen := len(S)
-	level := 0.0
+	unfrozen := len(f.S)
+	act := append(f.check[:0], f.A...) // resources with unfrozen flows
 	for unfrozen > 0 {
-		var next float64
-		active, next = f.nextSaturation(active, level)
-		for _, id := range f.capped {
-			if !f.nfrz[id] && f.limit[id] < next {
-				next = f.limit[id]
+		level := int64(noLevel)
+		keep := act[:0]
+		for _, r := range act {
+			if f.count[r] > 0 {
+				keep = append(keep, r)
+				level = min(level, f.cand[r])
 			}
 		}
-		if math.IsInf(next, 1) {
+		act = keep
+		// The bounded flows still unfrozen, and their least bound.
+		kept := f.capped[:0]
+		for _, id := range f.capped {
+			if !f.nfrz[id] {
+				kept = append(kept, id)
+				level = min(level, f.bound[id])
+			}
+		}
+		f.capped = kept
+		if level == noLevel {
+			// Every unfrozen flow's resources have room beyond any
+			// level the units hold; the engine's ranges rule it out.
+			for _, id := range f.S {
+				if !f.nfrz[id] {
+					f.nfrz[id], f.nrate[id] = true, noLevel-1
+				}
+			}
 			break
 		}
-		inc := next - level
-		for _, r := range active {
-			f.left[r] -= inc * f.weight[r]
-		}
-		level = next
-		for _, id := range f.capped {
-			if !f.nfrz[id] && f.limit[id] <= level*(1+1e-12) {
-				freeze(id, level, -1)
-				unfrozen--
-			}
-		}
-		for _, r := range active {
-			if f.count[r] == 0 || f.left[r] > 1e-12*f.capacity[r] {
+		// Freeze at this level: first every saturated resource's flows,
+		// then the flows bounded here; candidates are recomputed after.
+		for _, r := range act {
+			if f.cand[r] != level {
 				continue
 			}
-			f.lv[r] = level
-			if csr {
-				i := f.rIdx[r]
-				for _, id := range f.sFlow[f.sOff[i]:f.sOff[i+1]] {
-					if !f.nfrz[id] {
-						freeze(id, level, r)
-						f.frozAt[r] = true
-						unfrozen--
-					}
-				}
-				f.weight[r] = 0
-				f.left[r] = 0
-				continue
-			}
+			f.nlevel[r] = level
 			for _, id := range f.users[r] {
-				if f.flowMark[id] == e && !f.nfrz[id] {
-					freeze(id, level, r)
-					f.frozAt[r] = true
+				if !f.nfrz[id] {
+					f.freeze(id, level, e)
 					unfrozen--
 				}
 			}
-			f.weight[r] = 0
-			f.left[r] = 0
+		}
+		for _, id := range f.capped {
+			if f.bound[id] == level && !f.nfrz[id] {
+				f.freeze(id, level, e)
+				unfrozen--
+			}
+		}
+		for _, r := range act {
+			if f.count[r] > 0 && f.nlevel[r] == noLevel {
+				f.cand[r] = f.candidate(r)
+			}
 		}
 	}
-	f.actv = active
+	f.check = act[:0]
 }
 
-// violated reports whether the local solution breaks the max-min
-// conditions at resource r (see solveLocal); e marks the flows of S.
-func (f *fluid) violated(r int32, e uint32) bool {
-	if f.nb[r]-f.sb[r] > 0 {
-		return !sameLevel(f.lv[r], f.level[r])
+// candidate is a resource's level if it saturated next.
+func (f *fluid) candidate(r int32) int64 {
+	if f.wt[r] <= 0 {
+		return noLevel
 	}
-	if !f.frozAt[r] || f.lv[r] >= f.level[r] || sameLevel(f.lv[r], f.level[r]) {
-		return false
+	left := f.capacity[r]
+	if !f.load[r].less(left) {
+		return 0
 	}
-	for _, id := range f.users[r] {
-		if f.flowMark[id] != e && f.flows[id].rate > f.lv[r]*(1+1e-9) {
-			return true
+	return left.sub(f.load[r]).floorDiv(uint64(f.wt[r]))
+}
+
+// freeze fixes a flow of S at level and takes it out of the filling.
+func (f *fluid) freeze(id int32, level int64, e uint32) {
+	fl := &f.flows[id]
+	f.nfrz[id], f.nrate[id] = true, level
+	for k := range int(fl.n) {
+		if r := fl.res[k]; f.resMark[r] == e {
+			f.load[r] = f.load[r].add(mul128(uint64(fl.coef[k]), uint64(level)))
+			f.wt[r] -= fl.coef[k]
+			f.count[r]--
 		}
 	}
-	return false
 }
 
-// sameLevel compares two levels (+Inf for none) with a relative tolerance.
-func sameLevel(a, b float64) bool {
-	if math.IsInf(a, 1) || math.IsInf(b, 1) {
-		return a == b
+// verifyHeld checks the held resources that flows of S whose rate changed
+// cross, and puts those that fail in A; it reports whether all passed.
+func (f *fluid) verifyHeld(e uint32) bool {
+	f.check = f.check[:0]
+	f.chk++
+	if f.chk == 0 { // wrapped: reset stamps
+		clear(f.chkMark)
+		f.chk = 1
 	}
-	return math.Abs(a-b) <= 1e-9*math.Max(math.Abs(a), math.Abs(b))
+	c := f.chk
+	for _, id := range f.S {
+		fl := &f.flows[id]
+		if f.nrate[id] == fl.rate && fl.group >= 0 {
+			continue
+		}
+		for k := range int(fl.n) {
+			if r := fl.res[k]; f.resMark[r] != e && f.chkMark[r] != c {
+				f.chkMark[r] = c
+				f.check = append(f.check, r)
+			}
+		}
+	}
+	ok := true
+	for _, r := range f.check {
+		if !f.holds(r, e) {
+			ok = false
+			f.addRes(r, e)
+		}
+	}
+	return ok
 }
 
-// resize returns s with length n, reusing its array when it is big enough;
-// the contents are not cleared.
-func resize(s []int32, n int) []int32 {
-	if cap(s) < n {
-		return make([]int32, n, n+n/4)
+// holds reports whether a held resource's level is what progressive
+// filling gives it with its flows at their new rates: at every level
+// below its own, its candidate is higher; at its own, equal.
+func (f *fluid) holds(r int32, e uint32) bool {
+	if ok, sure := f.holdsFast(r, e); sure {
+		return ok
 	}
-	return s[:n]
+	return f.holdsSorted(r, e)
+}
+
+// holdsFast decides holds without sorting where the room left settles
+// it: sure reports whether it did. With the flows' loads summed:
+//   - unsaturated, it holds if the capacity covers the load plus one rate
+//     unit per flow (at every level its candidate is then above);
+//   - saturated at level l, it holds if the flows at l give it level l
+//     and the room left, with the gap from l to the fastest flow below it,
+//     covers every coefficient below (each level below l then has a
+//     candidate above it); it fails if any flow is faster than l, or if
+//     its flows at l do not give l.
+func (f *fluid) holdsFast(r int32, e uint32) (ok, sure bool) {
+	lvl := f.level[r]
+	var below, at u128     // loads of the flows below l, at l
+	var wBelow, wAt uint64 // their coefficients
+	var top int64          // the fastest flow below l
+	for i, id := range f.users[r] {
+		x := f.flows[id].rate
+		if f.flowMark[id] == e {
+			x = f.nrate[id]
+		}
+		c := uint64(f.flows[id].coef[f.userPos[r][i]])
+		switch {
+		case x < lvl:
+			below = below.add(mul128(c, uint64(x)))
+			wBelow += c
+			top = max(top, x)
+		case x == lvl:
+			at = at.add(mul128(c, uint64(x)))
+			wAt += c
+		default:
+			return false, true
+		}
+	}
+	capa := f.capacity[r]
+	if lvl == noLevel {
+		need := below.add(u128{0, wBelow})
+		if !capa.less(need) {
+			return true, true
+		}
+		return false, false
+	}
+	if wAt == 0 || capa.less(below) || capa.sub(below).floorDiv(wAt) != lvl {
+		return false, true
+	}
+	room := capa.sub(below).sub(at) // the remainder: less than wAt
+	slack := room.add(mul128(uint64(lvl-top-1), wAt))
+	if wBelow == 0 || !slack.less(u128{0, wBelow}) {
+		return true, true
+	}
+	return false, false
+}
+
+// holdsSorted is holds by sweeping the flows' rates in order.
+func (f *fluid) holdsSorted(r int32, e uint32) bool {
+	xs := f.sorted[:0]
+	for i, id := range f.users[r] {
+		x := f.flows[id].rate
+		if f.flowMark[id] == e {
+			x = f.nrate[id]
+		}
+		xs = append(xs, rateCoef{x, f.flows[id].coef[f.userPos[r][i]]})
+	}
+	slices.SortFunc(xs, func(a, b rateCoef) int {
+		switch {
+		case a.rate < b.rate:
+			return -1
+		case a.rate > b.rate:
+			return 1
+		}
+		return 0
+	})
+	f.sorted = xs
+	lvl := f.level[r]
+	var load u128
+	w := f.wsum[r]
+	for i := 0; i < len(xs); {
+		mu := xs[i].rate
+		// The candidate while the flows slower than mu are frozen.
+		var k int64
+		if !load.less(f.capacity[r]) {
+			k = 0
+		} else {
+			k = f.capacity[r].sub(load).floorDiv(uint64(w))
+		}
+		if lvl <= mu {
+			return lvl == mu && k == lvl
+		}
+		if k <= mu {
+			return false
+		}
+		for ; i < len(xs) && xs[i].rate == mu; i++ {
+			load = load.add(mul128(uint64(xs[i].coef), uint64(mu)))
+			w -= xs[i].coef
+		}
+	}
+	return lvl == noLevel
+}
+
+// commit adopts the refill's levels and rates and records what changed.
+func (f *fluid) commit() {
+	for _, r := range f.A {
+		if nl := f.nlevel[r]; nl != f.level[r] {
+			f.levelCh = append(f.levelCh, levelChange{r, f.level[r], nl})
+			f.level[r] = nl
+		}
+	}
+	for _, id := range f.S {
+		fl := &f.flows[id]
+		fl.rate = f.nrate[id]
+		if g := f.groupOf(fl); g != fl.group {
+			f.moves = append(f.moves, move{id, fl.group, g})
+			fl.group = g
+		}
+	}
+}
+
+// groupOf is a flow's group under the current levels.
+func (f *fluid) groupOf(fl *flowState) int32 {
+	g, best := int32(-1), int64(noLevel)
+	for k := range int(fl.n) {
+		if r := fl.res[k]; f.level[r] < best || f.level[r] == best && (g < 0 || r < g) {
+			g, best = r, f.level[r]
+		}
+	}
+	if fl.capG >= 0 && f.level[fl.capG] <= best {
+		g = fl.capG
+	}
+	return g
 }

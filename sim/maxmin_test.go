@@ -1,307 +1,240 @@
 package sim
 
 import (
-	"math"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 )
 
-// reference computes max-min fair rates by slow, obviously correct water
-// filling: repeatedly find the resource with the smallest fair share among
-// the flows not yet fixed, fix those flows at that share, and subtract.
-func reference(capacity []float64, flows [][]int32, coefs [][]float64) []float64 {
-	rate := make([]float64, len(flows))
-	fixed := make([]bool, len(flows))
-	left := append([]float64(nil), capacity...)
-	for {
-		best, bestShare := -1, math.Inf(1)
-		for r := range capacity {
-			w := 0.0
-			for f, rs := range flows {
-				if fixed[f] {
+// randomCapacities are n capacities of 1-40 GB/s-ish in load units, with
+// repeats, so that levels tie.
+func randomCapacities(rng *rand.Rand, n int) []u128 {
+	c := make([]u128, n)
+	for r := range c {
+		c[r] = fixedFloor(float64(1+rng.IntN(20))*0.01*float64(1+rng.IntN(2)), rateBits+coefBits)
+	}
+	return c
+}
+
+// checkMaxMin checks a solution against the definition: every resource
+// carries at most its capacity, and every flow runs at its cap or has a
+// saturated resource on which no flow is faster (saturated in the
+// fixed-point sense: the room left is less than one rate unit for each
+// flow at that rate).
+func checkMaxMin(f *fluid) error {
+	load := make([]u128, f.nres)
+	maxRate := make([]int64, f.nres)
+	for r := range f.nres {
+		for i, id := range f.users[r] {
+			fl := &f.flows[id]
+			load[r] = load[r].add(mul128(uint64(fl.coef[f.userPos[r][i]]), uint64(fl.rate)))
+			maxRate[r] = max(maxRate[r], fl.rate)
+		}
+		if f.capacity[r].less(load[r]) {
+			return fmt.Errorf("resource %d carries more than its capacity", r)
+		}
+	}
+	for r := range f.nres {
+		for _, id := range f.users[r] {
+			fl := &f.flows[id]
+			if fl.rate != f.level[fl.group] {
+				return fmt.Errorf("flow %d runs at %d, its group %d at %d", id, fl.rate, fl.group, f.level[fl.group])
+			}
+			if fl.capG >= 0 && fl.rate == f.level[fl.capG] {
+				continue
+			}
+			ok := false
+			for k := range int(fl.n) {
+				s := fl.res[k]
+				if maxRate[s] != fl.rate {
 					continue
 				}
-				for k, x := range rs {
-					if int(x) == r {
-						w += coefs[f][k]
+				var w int64
+				for i, o := range f.users[s] {
+					if f.flows[o].rate == fl.rate {
+						w += f.flows[o].coef[f.userPos[s][i]]
 					}
 				}
-			}
-			if w > 0 && left[r]/w < bestShare {
-				best, bestShare = r, left[r]/w
-			}
-		}
-		if best < 0 {
-			return rate
-		}
-		// Every unfixed flow gets the share; fix those on the bottleneck.
-		for f, rs := range flows {
-			if fixed[f] {
-				continue
-			}
-			for k, x := range rs {
-				left[x] -= bestShare * coefs[f][k]
-			}
-			rate[f] += bestShare
-		}
-		for f, rs := range flows {
-			if fixed[f] {
-				continue
-			}
-			for _, x := range rs {
-				if int(x) == best {
-					fixed[f] = true
+				if left := f.capacity[s].sub(load[s]); left.less(u128{0, uint64(w)}) {
+					ok = true
 				}
 			}
+			if !ok {
+				return fmt.Errorf("flow %d at %d has no bottleneck", id, fl.rate)
+			}
 		}
-		// Other resources saturated at the same level fix their flows too.
-		for r := range capacity {
-			if left[r] <= 1e-9*capacity[r] {
-				for f, rs := range flows {
-					for _, x := range rs {
-						if int(x) == r {
-							fixed[f] = true
-						}
+	}
+	return nil
+}
+
+// Flows come and go at random; after every solve the solver's levels,
+// rates and groups equal the full fill's, the changes it reports are
+// exactly the differences from the last solve, and the solution is
+// max-min fair by the definition.
+func TestFluidMatchesFullFill(t *testing.T) {
+	rng := rand.New(rand.NewPCG(23, 24))
+	cases := 400
+	if testing.Short() {
+		cases = 100
+	}
+	for i := range cases {
+		nr := 1 + rng.IntN(12)
+		capacity := randomCapacities(rng, nr)
+		frac := []float64{defaultFullFrac, 0, 2}[i%3]
+		cur := newFluid(capacity)
+		cur.fullFrac = frac
+		orc := newFullFill(capacity).(*fullFill)
+		type pair struct{ cur, orc int32 }
+		var live []pair
+		level := make([]int64, nr)
+		for r := range level {
+			level[r] = noLevel
+		}
+		group := map[int32]int32{}
+		for step := range 80 {
+			// a burst of changes, then a solve
+			for range 1 + rng.IntN(3) {
+				if len(live) > 0 && rng.IntN(3) == 0 {
+					k := rng.IntN(len(live))
+					cur.remove(live[k].cur)
+					orc.remove(live[k].orc)
+					delete(group, live[k].cur)
+					live = append(live[:k], live[k+1:]...)
+					continue
+				}
+				n := 1 + rng.IntN(min(maxPath, nr))
+				var res []int32
+				var coef []int64
+				for _, r := range rng.Perm(nr)[:n] {
+					res = append(res, int32(r))
+					c := coefOf(float64(1 + rng.IntN(2)))
+					if i%2 == 0 && rng.IntN(2) == 0 {
+						c = coefOf(0.5 + rng.Float64())
+					}
+					coef = append(coef, c)
+				}
+				var limit int64
+				if rng.IntN(6) == 0 {
+					limit = rateOf([]float64{0.002, 0.005, 0.01}[rng.IntN(3)])
+				}
+				p := pair{cur.add(res, coef, limit), orc.add(res, coef, limit)}
+				live = append(live, p)
+				group[p.cur] = -1
+			}
+			cur.solve()
+			orc.solve()
+			where := fmt.Sprintf("case %d (full fraction %g) step %d", i, frac, step)
+			for r := range nr {
+				if cur.level[r] != orc.level[r] {
+					t.Fatalf("%s: resource %d at %d, full fill %d", where, r, cur.level[r], orc.level[r])
+				}
+			}
+			for _, p := range live {
+				if c, o := cur.flows[p.cur], orc.flows[p.orc]; c.rate != o.rate || c.group != o.group {
+					t.Fatalf("%s: flow %d at %d in group %d, full fill %d in %d", where, p.cur, c.rate, c.group, o.rate, o.group)
+				}
+			}
+			// The changes reported are the differences.
+			levels, moves := cur.changes()
+			for _, c := range levels {
+				if int(c.group) < nr {
+					if level[c.group] != c.old || cur.level[c.group] != c.new || c.old == c.new {
+						t.Fatalf("%s: change %+v, level was %d, is %d", where, c, level[c.group], cur.level[c.group])
+					}
+					level[c.group] = c.new
+				}
+			}
+			for r := range nr {
+				if level[r] != cur.level[r] {
+					t.Fatalf("%s: resource %d's level moved to %d unreported", where, r, cur.level[r])
+				}
+			}
+			for _, m := range moves {
+				if group[m.id] != m.old || m.old == m.new {
+					t.Fatalf("%s: move %+v, group was %d", where, m, group[m.id])
+				}
+				group[m.id] = m.new
+			}
+			for _, p := range live {
+				if group[p.cur] != cur.flows[p.cur].group {
+					t.Fatalf("%s: flow %d moved to %d unreported", where, p.cur, cur.flows[p.cur].group)
+				}
+			}
+			if err := checkMaxMin(cur); err != nil {
+				t.Fatalf("%s: %v", where, err)
+			}
+			// Every resource holds its level; the check without sorting
+			// agrees with the sorted one wherever it decides, also for
+			// levels moved off the solution's.
+			e := cur.stamp()
+			for r := range int32(nr) {
+				saved := cur.level[r]
+				for _, l := range []int64{saved, saved - 1, saved + 1, saved / 2, noLevel} {
+					if l < 0 {
+						continue
+					}
+					cur.level[r] = l
+					slow := cur.holdsSorted(r, e)
+					if l == saved && !slow {
+						t.Fatalf("%s: resource %d does not hold its own level %d", where, r, l)
+					}
+					if ok, sure := cur.holdsFast(r, e); sure && ok != slow {
+						t.Fatalf("%s: resource %d at level %d: fast check %v, sorted %v", where, r, l, ok, slow)
 					}
 				}
+				cur.level[r] = saved
 			}
 		}
 	}
 }
 
-func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(math.Abs(a), math.Abs(b)) }
-
-func solveAll(capacity []float64, flows [][]int32, coefs [][]float64) []float64 {
-	f := newFluid(capacity)
-	ids := make([]int32, len(flows))
-	for i := range flows {
-		ids[i] = f.add(flows[i], coefs[i], 0)
-	}
-	f.solve()
-	out := make([]float64, len(flows))
-	for i, id := range ids {
-		out[i] = f.flows[id].rate
-	}
-	return out
-}
-
-func ones(n int) []float64 {
-	o := make([]float64, n)
-	for i := range o {
-		o[i] = 1
-	}
-	return o
-}
-
+// Hand cases: the rates progressive filling gives, in rate units.
 func TestMaxMinHandCases(t *testing.T) {
+	c := func(gbps float64) u128 { return fixedFloor(gbps*1e-3, rateBits+coefBits) }
+	one, two := coefOf(1), coefOf(2)
 	for _, tc := range []struct {
 		name     string
-		capacity []float64
+		capacity []u128
 		flows    [][]int32
-		coefs    [][]float64
-		want     []float64
+		coef     [][]int64
+		want     []float64 // GB/s
 	}{
-		{"one flow", []float64{10}, [][]int32{{0}}, nil, []float64{10}},
-		{"three flows, one link", []float64{9}, [][]int32{{0}, {0}, {0}}, nil, []float64{3, 3, 3}},
-		// The parking lot: a long flow over links 0, 1, 2 and a short flow on
-		// each link; every link is shared by two flows.
-		{"parking lot", []float64{10, 10, 10}, [][]int32{{0, 1, 2}, {0}, {1}, {2}}, nil, []float64{5, 5, 5, 5}},
-		// Different bottlenecks: flow 0 is held to 2 by link 1; flow 1 takes
-		// the rest of link 0.
-		{"different bottlenecks", []float64{10, 2}, [][]int32{{0, 1}, {0}}, nil, []float64{2, 8}},
-		{"three on link, one also elsewhere", []float64{12, 3}, [][]int32{{0, 1}, {0}, {0}}, nil, []float64{3, 4.5, 4.5}},
-		// A copy reads and writes: coefficient 2 on memory.
-		{"memory coefficient", []float64{100}, [][]int32{{0}, {0}}, [][]float64{{2}, {1}}, []float64{100.0 / 3, 100.0 / 3}},
+		{"one flow", []u128{c(10)}, [][]int32{{0}}, [][]int64{{one}}, []float64{10}},
+		{"two share", []u128{c(10)}, [][]int32{{0}, {0}}, [][]int64{{one}, {one}}, []float64{5, 5}},
+		{"a copy reads and writes", []u128{c(10)}, [][]int32{{0}, {0}}, [][]int64{{two}, {one}}, []float64{10.0 / 3, 10.0 / 3}},
+		// The classic: a long flow over both links, a short one on each;
+		// link 1 is tighter, so its two flows get 2 each and the short
+		// flow on link 0 takes the rest.
+		{"parking lot", []u128{c(10), c(4)}, [][]int32{{0, 1}, {0}, {1}}, [][]int64{{one, one}, {one}, {one}}, []float64{2, 8, 2}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			coefs := tc.coefs
-			if coefs == nil {
-				for _, f := range tc.flows {
-					coefs = append(coefs, ones(len(f)))
-				}
-			}
-			got := solveAll(tc.capacity, tc.flows, coefs)
-			for i := range got {
-				if !near(got[i], tc.want[i]) {
-					t.Errorf("flow %d: rate %v, want %v (all %v)", i, got[i], tc.want[i], got)
-				}
-			}
-		})
-	}
-}
-
-func randomInstance(rng *rand.Rand) ([]float64, [][]int32, [][]float64) {
-	nr := 1 + rng.IntN(8)
-	capacity := make([]float64, nr)
-	for r := range capacity {
-		capacity[r] = float64(1 + rng.IntN(20))
-	}
-	nf := 1 + rng.IntN(12)
-	flows := make([][]int32, nf)
-	coefs := make([][]float64, nf)
-	for i := range flows {
-		k := 1 + rng.IntN(min(3, nr))
-		perm := rng.Perm(nr)[:k]
-		for _, r := range perm {
-			flows[i] = append(flows[i], int32(r))
-			coefs[i] = append(coefs[i], float64(1+rng.IntN(2)))
+		f := newFluid(tc.capacity)
+		var ids []int32
+		for i, p := range tc.flows {
+			ids = append(ids, f.add(p, tc.coef[i], 0))
 		}
-	}
-	return capacity, flows, coefs
-}
-
-func TestMaxMinMatchesReference(t *testing.T) {
-	rng := rand.New(rand.NewPCG(11, 12))
-	for i := range 2000 {
-		capacity, flows, coefs := randomInstance(rng)
-		got := solveAll(capacity, flows, coefs)
-		want := reference(capacity, flows, coefs)
-		for f := range got {
-			if !near(got[f], want[f]) {
-				t.Fatalf("case %d flow %d: rate %v, reference %v\ncap %v\nflows %v\ncoefs %v", i, f, got[f], want[f], capacity, flows, coefs)
+		f.solve()
+		for i, id := range ids {
+			got := float64(f.flows[id].rate) / (1 << rateBits) * 1e3
+			if d := got - tc.want[i]; d > 1e-9 || d < -1e-9 {
+				t.Errorf("%s: flow %d at %.12g GB/s, want %g", tc.name, i, got, tc.want[i])
 			}
 		}
-		// No resource above capacity.
-		load := make([]float64, len(capacity))
-		for f, rs := range flows {
-			for k, r := range rs {
-				load[r] += coefs[f][k] * got[f]
-			}
-		}
-		for r := range load {
-			if load[r] > capacity[r]*(1+1e-9) {
-				t.Fatalf("case %d: resource %d carries %v > capacity %v", i, r, load[r], capacity[r])
-			}
+		if err := checkMaxMin(f); err != nil {
+			t.Errorf("%s: %v", tc.name, err)
 		}
 	}
 }
 
-// Incremental solving, after flows come and go, gives the same rates as
-// solving from scratch.
-func TestMaxMinIncremental(t *testing.T) {
-	rng := rand.New(rand.NewPCG(13, 14))
-	for i := range 300 {
-		capacity, flows, coefs := randomInstance(rng)
-		f := newFluid(capacity)
-		live := map[int32]int{}
-		for step := range 30 {
-			if len(live) > 0 && rng.IntN(3) == 0 {
-				// Remove the flow with the smallest id, deterministically.
-				var victim int32 = -1
-				for id := range live {
-					if victim < 0 || id < victim {
-						victim = id
-					}
-				}
-				f.remove(victim)
-				delete(live, victim)
-			} else {
-				k := rng.IntN(len(flows))
-				live[f.add(flows[k], coefs[k], 0)] = k
-			}
-			f.solve()
-			var fs [][]int32
-			var cs [][]float64
-			var ids []int32
-			for id, k := range live {
-				ids = append(ids, id)
-				fs = append(fs, flows[k])
-				cs = append(cs, coefs[k])
-			}
-			want := reference(capacity, fs, cs)
-			for n, id := range ids {
-				if !near(f.flows[id].rate, want[n]) {
-					t.Fatalf("case %d step %d: flow %d rate %v, from scratch %v", i, step, id, f.flows[id].rate, want[n])
-				}
-			}
-		}
-	}
-}
-
+// A rate cap holds a flow below its share and leaves the rest to others.
 func TestMaxMinRateCap(t *testing.T) {
-	// Two flows on a 10 link, one capped at 2: the other takes 8.
-	f := newFluid([]float64{10})
-	a := f.add([]int32{0}, []float64{1}, 2)
-	b := f.add([]int32{0}, []float64{1}, 0)
+	f := newFluid([]u128{fixedFloor(0.01, rateBits+coefBits)})
+	a := f.add([]int32{0}, []int64{coefOf(1)}, rateOf(0.002))
+	b := f.add([]int32{0}, []int64{coefOf(1)}, 0)
 	f.solve()
-	if !near(f.flows[a].rate, 2) || !near(f.flows[b].rate, 8) {
-		t.Errorf("rates %v, %v; want 2, 8", f.flows[a].rate, f.flows[b].rate)
+	if ra, rb := f.flows[a].rate, f.flows[b].rate; ra != rateOf(0.002) || rb != rateOf(0.008)+0 && rb != rateOf(0.008)+1 && rb != rateOf(0.008)-1 {
+		t.Errorf("capped flow at %d, the other at %d; want %d and about %d", ra, rb, rateOf(0.002), rateOf(0.008))
 	}
-}
-
-// The local re-solve (forced on from the first flow) gives the rates of
-// solving from scratch, as flows come and go on larger instances.
-func TestMaxMinLocal(t *testing.T) {
-	rng := rand.New(rand.NewPCG(15, 16))
-	cases := 300
-	if testing.Short() {
-		cases = 60
-	}
-	var local, full int
-	defer func() {
-		t.Logf("%d local solves, %d full", local, full)
-		if local < full {
-			t.Errorf("only %d of %d solves were local: the test does not exercise the local path", local, local+full)
-		}
-	}()
-	for i := range cases {
-		nr := 2 + rng.IntN(24)
-		capacity := make([]float64, nr)
-		for r := range capacity {
-			capacity[r] = float64(1 + rng.IntN(20))
-		}
-		f := newFluid(capacity)
-		f.localMin = 0
-		type spec struct {
-			res  []int32
-			coef []float64
-			cap  float64
-		}
-		live := map[int32]spec{}
-		var order []int32
-		for step := range 60 {
-			if len(order) > 0 && rng.IntN(3) == 0 {
-				k := rng.IntN(len(order))
-				id := order[k]
-				order = append(order[:k], order[k+1:]...)
-				f.remove(id)
-				delete(live, id)
-			} else {
-				k := 1 + rng.IntN(min(3, nr))
-				var sp spec
-				for _, r := range rng.Perm(nr)[:k] {
-					sp.res = append(sp.res, int32(r))
-					sp.coef = append(sp.coef, float64(1+rng.IntN(2)))
-				}
-				if rng.IntN(8) == 0 {
-					sp.cap = float64(1 + rng.IntN(5))
-				}
-				id := f.add(sp.res, sp.coef, sp.cap)
-				live[id] = sp
-				order = append(order, id)
-			}
-			f.solve()
-			// The reference has no caps: model a cap as a private resource.
-			caps := append([]float64(nil), capacity...)
-			var fs [][]int32
-			var cs [][]float64
-			for _, id := range order {
-				sp := live[id]
-				res, coef := append([]int32(nil), sp.res...), append([]float64(nil), sp.coef...)
-				if sp.cap > 0 {
-					res = append(res, int32(len(caps)))
-					coef = append(coef, 1)
-					caps = append(caps, sp.cap)
-				}
-				fs, cs = append(fs, res), append(cs, coef)
-			}
-			want := reference(caps, fs, cs)
-			for n, id := range order {
-				if !near(f.flows[id].rate, want[n]) {
-					t.Fatalf("case %d step %d: flow %d rate %v, from scratch %v", i, step, id, f.flows[id].rate, want[n])
-				}
-			}
-		}
-		local, full = local+f.local, full+f.full
+	if f.flows[a].group != f.capGroup[rateOf(0.002)] || f.flows[b].group != 0 {
+		t.Errorf("groups %d and %d", f.flows[a].group, f.flows[b].group)
 	}
 }

@@ -342,7 +342,7 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 // runProgram simulates the executor's program of s (see modeled); the
 // result's flows, spans and ops are those of the modeled schedule
 // (Result.Modeled).
-func runProgram(s *ir.Schedule, tp *topo.Topology, opt Options, newSolver func(capacity []float64) solver) (*Result, error) {
+func runProgram(s *ir.Schedule, tp *topo.Topology, opt Options, eng engineFunc) (*Result, error) {
 	m, err := model(s, tp, opt)
 	if err != nil {
 		return nil, err
@@ -359,12 +359,7 @@ func runProgram(s *ir.Schedule, tp *topo.Topology, opt Options, newSolver func(c
 	if !m.copies {
 		opt.duplex = tp.Executor.Costs[opt.Exec.Launch].DuplexRate
 	}
-	e, err := newEngine(m.s, tp, opt, newSolver)
-	if err != nil {
-		return nil, err
-	}
-	e.rel, e.lat1, e.coef = m.rel, m.lat, m.coef
-	r, err := e.run()
+	r, err := eng(m.s, tp, opt, &opCosts{rel: m.rel, lat: m.lat, coef: m.coef})
 	if err != nil {
 		return nil, err
 	}

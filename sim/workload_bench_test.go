@@ -79,7 +79,7 @@ func BenchmarkWorkload(b *testing.B) {
 func BenchmarkWorkloadSim(b *testing.B) {
 	for _, c := range []struct{ name, route string }{
 		{"dsv3-256", "hierarchical"}, {"dsv3-256", "agbcast"}, {"dsv3-256", "nemo-legacy"},
-		{"qwen3-235b-128", "hierarchical"},
+		{"qwen3-235b-128", "hierarchical"}, {"dsv3-256", "flat"},
 	} {
 		b.Run(c.name+"/"+c.route, func(b *testing.B) {
 			p, ts := workloadPoint(b, c.name)
