@@ -62,23 +62,20 @@ type fluid struct {
 	sumS, sumA          int
 
 	// scratch, stamped per solve
-	epoch    uint32
-	resMark  []uint32 // per resource: in A at this epoch
-	flowMark []uint32 // per flow slot: in S at this epoch
-	chkMark  []uint32 // per resource: queued for verification in round chk
-	chk      uint32
-	A, S     []int32
-	check    []int32
+	epoch   uint32
+	resMark []uint32 // per resource: in A at this epoch
+	chkMark []uint32 // per resource: queued for verification in round chk
+	chk     uint32
+	A, S    []int32
+	check   []int32
 	// the refill's state, per resource of A and per flow of S
-	load   []u128  // per resource: load of the frozen flows
-	wt     []int64 // per resource: coefficients of the unfrozen flows
-	count  []int32 // per resource: unfrozen flows
-	cand   []int64 // per resource: its candidate level
-	nlevel []int64 // per resource: its new level
-	nrate  []int64 // per flow slot: its new rate
-	bound  []int64 // per flow slot: its cap and held levels
-	nfrz   []bool  // per flow slot: frozen in this refill
-	capped []int32 // flows of S with a finite bound
+	load   []u128        // per resource: load of the frozen flows
+	wt     []int64       // per resource: coefficients of the unfrozen flows
+	count  []int32       // per resource: unfrozen flows
+	cand   []int64       // per resource: its candidate level
+	nlevel []int64       // per resource: its new level
+	sc     []flowScratch // per flow slot
+	capped []int32       // flows of S with a finite bound
 	sorted []rateCoef
 }
 
@@ -90,6 +87,15 @@ type flowState struct {
 	group int32 // its group; -1 before its first solve
 	capG  int32 // its cap's group, or -1
 	n     int8
+}
+
+// flowScratch is a flow's state in one solve, kept together: a refill
+// reads and writes all of it for every flow it touches.
+type flowScratch struct {
+	rate   int64  // its new rate
+	bound  int64  // its cap and held levels
+	mark   uint32 // the epoch of the solve whose S holds it
+	frozen bool   // frozen in this refill
 }
 
 // levelChange is a group whose level a solve changed.
@@ -151,10 +157,7 @@ func (f *fluid) add(res []int32, coef []int64, limit int64) int32 {
 		id = int32(len(f.flows))
 		f.flows = append(f.flows, flowState{})
 		f.pos = append(f.pos, [maxPath]int32{})
-		f.flowMark = append(f.flowMark, 0)
-		f.nrate = append(f.nrate, 0)
-		f.bound = append(f.bound, 0)
-		f.nfrz = append(f.nfrz, false)
+		f.sc = append(f.sc, flowScratch{})
 	}
 	f.nactive++
 	fl := &f.flows[id]
@@ -168,7 +171,7 @@ func (f *fluid) add(res []int32, coef []int64, limit int64) int32 {
 		}
 		fl.capG = g
 	}
-	f.flowMark[id] = 0
+	f.sc[id].mark = 0
 	for k, r := range res {
 		fl.res[k], fl.coef[k] = r, coef[k]
 		f.wsum[r] += coef[k]
@@ -196,7 +199,12 @@ func (f *fluid) remove(id int32) {
 			f.pos[moved][ps[p]] = p
 		}
 		f.users[r], f.userPos[r] = us[:last], ps[:last]
-		f.dirty = append(f.dirty, r)
+		// A resource that does not saturate keeps not saturating when
+		// a flow leaves it, and bottlenecks no flow: only a change of
+		// its other flows' rates can move it, and those are checked.
+		if f.level[r] != noLevel {
+			f.dirty = append(f.dirty, r)
+		}
 	}
 	f.free = append(f.free, id)
 }
@@ -206,7 +214,9 @@ func (f *fluid) stamp() uint32 {
 	f.epoch++
 	if f.epoch == 0 { // wrapped: reset stamps
 		clear(f.resMark)
-		clear(f.flowMark)
+		for i := range f.sc {
+			f.sc[i].mark = 0
+		}
 		f.epoch = 1
 	}
 	return f.epoch
@@ -251,8 +261,8 @@ func (f *fluid) addRes(r int32, e uint32) {
 	f.resMark[r] = e
 	f.A = append(f.A, r)
 	for _, id := range f.users[r] {
-		if f.flowMark[id] != e {
-			f.flowMark[id] = e
+		if f.sc[id].mark != e {
+			f.sc[id].mark = e
 			f.S = append(f.S, id)
 		}
 	}
@@ -272,7 +282,7 @@ func (f *fluid) fillComponent(e uint32) {
 
 // fill runs progressive filling over the flows S on the resources A, each
 // flow bounded by its cap and the levels of its resources outside A. It
-// sets nlevel for A's resources and nrate for S's flows.
+// sets nlevel for A's resources and the new rates of S's flows.
 func (f *fluid) fill(e uint32) {
 	for _, r := range f.A {
 		f.load[r] = u128{}
@@ -293,7 +303,7 @@ func (f *fluid) fill(e uint32) {
 				b = min(b, f.level[r])
 			}
 		}
-		f.bound[id], f.nfrz[id], f.nrate[id] = b, false, 0
+		f.sc[id].bound, f.sc[id].frozen, f.sc[id].rate = b, false, 0
 		if b != noLevel {
 			f.capped = append(f.capped, id)
 		}
@@ -313,9 +323,9 @@ func (f *fluid) fill(e uint32) {
 		// The bounded flows still unfrozen, and their least bound.
 		kept := f.capped[:0]
 		for _, id := range f.capped {
-			if !f.nfrz[id] {
+			if !f.sc[id].frozen {
 				kept = append(kept, id)
-				level = min(level, f.bound[id])
+				level = min(level, f.sc[id].bound)
 			}
 		}
 		f.capped = kept
@@ -323,8 +333,8 @@ func (f *fluid) fill(e uint32) {
 			// Every unfrozen flow's resources have room beyond any
 			// level the units hold; the engine's ranges rule it out.
 			for _, id := range f.S {
-				if !f.nfrz[id] {
-					f.nfrz[id], f.nrate[id] = true, noLevel-1
+				if !f.sc[id].frozen {
+					f.sc[id].frozen, f.sc[id].rate = true, noLevel-1
 				}
 			}
 			break
@@ -337,14 +347,14 @@ func (f *fluid) fill(e uint32) {
 			}
 			f.nlevel[r] = level
 			for _, id := range f.users[r] {
-				if !f.nfrz[id] {
+				if !f.sc[id].frozen {
 					f.freeze(id, level, e)
 					unfrozen--
 				}
 			}
 		}
 		for _, id := range f.capped {
-			if f.bound[id] == level && !f.nfrz[id] {
+			if f.sc[id].bound == level && !f.sc[id].frozen {
 				f.freeze(id, level, e)
 				unfrozen--
 			}
@@ -373,7 +383,7 @@ func (f *fluid) candidate(r int32) int64 {
 // freeze fixes a flow of S at level and takes it out of the filling.
 func (f *fluid) freeze(id int32, level int64, e uint32) {
 	fl := &f.flows[id]
-	f.nfrz[id], f.nrate[id] = true, level
+	f.sc[id].frozen, f.sc[id].rate = true, level
 	for k := range int(fl.n) {
 		if r := fl.res[k]; f.resMark[r] == e {
 			f.load[r] = f.load[r].add(mul128(uint64(fl.coef[k]), uint64(level)))
@@ -395,7 +405,7 @@ func (f *fluid) verifyHeld(e uint32) bool {
 	c := f.chk
 	for _, id := range f.S {
 		fl := &f.flows[id]
-		if f.nrate[id] == fl.rate && fl.group >= 0 {
+		if f.sc[id].rate == fl.rate && fl.group >= 0 {
 			continue
 		}
 		for k := range int(fl.n) {
@@ -441,8 +451,8 @@ func (f *fluid) holdsFast(r int32, e uint32) (ok, sure bool) {
 	var top int64          // the fastest flow below l
 	for i, id := range f.users[r] {
 		x := f.flows[id].rate
-		if f.flowMark[id] == e {
-			x = f.nrate[id]
+		if f.sc[id].mark == e {
+			x = f.sc[id].rate
 		}
 		c := uint64(f.flows[id].coef[f.userPos[r][i]])
 		switch {
@@ -481,8 +491,8 @@ func (f *fluid) holdsSorted(r int32, e uint32) bool {
 	xs := f.sorted[:0]
 	for i, id := range f.users[r] {
 		x := f.flows[id].rate
-		if f.flowMark[id] == e {
-			x = f.nrate[id]
+		if f.sc[id].mark == e {
+			x = f.sc[id].rate
 		}
 		xs = append(xs, rateCoef{x, f.flows[id].coef[f.userPos[r][i]]})
 	}
@@ -532,7 +542,7 @@ func (f *fluid) commit() {
 	}
 	for _, id := range f.S {
 		fl := &f.flows[id]
-		fl.rate = f.nrate[id]
+		fl.rate = f.sc[id].rate
 		if g := f.groupOf(fl); g != fl.group {
 			f.moves = append(f.moves, move{id, fl.group, g})
 			fl.group = g
