@@ -75,7 +75,8 @@ type fluid struct {
 	cand   []int64       // per resource: its candidate level
 	nlevel []int64       // per resource: its new level
 	sc     []flowScratch // per flow slot
-	capped []int32       // flows of S with a finite bound
+	bounds boundHeap     // flows of S with a finite bound
+	stale  []bool        // per resource: its candidate needs recomputing
 	sorted []rateCoef
 }
 
@@ -134,6 +135,7 @@ func newFluid(capacity []u128) *fluid {
 		count:    make([]int32, n),
 		cand:     make([]int64, n),
 		nlevel:   make([]int64, n),
+		stale:    make([]bool, n),
 		fullFrac: defaultFullFrac,
 	}
 	for r := range f.level {
@@ -290,8 +292,9 @@ func (f *fluid) fill(e uint32) {
 		f.count[r] = int32(len(f.users[r]))
 		f.nlevel[r] = noLevel
 		f.cand[r] = f.candidate(r)
+		f.stale[r] = false
 	}
-	f.capped = f.capped[:0]
+	bh := f.bounds[:0]
 	for _, id := range f.S {
 		fl := &f.flows[id]
 		b := int64(noLevel)
@@ -305,9 +308,10 @@ func (f *fluid) fill(e uint32) {
 		}
 		f.sc[id].bound, f.sc[id].frozen, f.sc[id].rate = b, false, 0
 		if b != noLevel {
-			f.capped = append(f.capped, id)
+			bh = append(bh, bounded{b, id})
 		}
 	}
+	bh.init()
 	unfrozen := len(f.S)
 	act := append(f.check[:0], f.A...) // resources with unfrozen flows
 	for unfrozen > 0 {
@@ -315,20 +319,21 @@ func (f *fluid) fill(e uint32) {
 		keep := act[:0]
 		for _, r := range act {
 			if f.count[r] > 0 {
+				if f.stale[r] {
+					f.cand[r], f.stale[r] = f.candidate(r), false
+				}
 				keep = append(keep, r)
 				level = min(level, f.cand[r])
 			}
 		}
 		act = keep
-		// The bounded flows still unfrozen, and their least bound.
-		kept := f.capped[:0]
-		for _, id := range f.capped {
-			if !f.sc[id].frozen {
-				kept = append(kept, id)
-				level = min(level, f.sc[id].bound)
-			}
+		// The least bound of a flow still unfrozen.
+		for len(bh) > 0 && f.sc[bh[0].id].frozen {
+			bh.pop()
 		}
-		f.capped = kept
+		if len(bh) > 0 {
+			level = min(level, bh[0].bound)
+		}
 		if level == noLevel {
 			// Every unfrozen flow's resources have room beyond any
 			// level the units hold; the engine's ranges rule it out.
@@ -340,12 +345,19 @@ func (f *fluid) fill(e uint32) {
 			break
 		}
 		// Freeze at this level: first every saturated resource's flows,
-		// then the flows bounded here; candidates are recomputed after.
+		// then the flows bounded here; freezing marks the candidates of
+		// the resources it crosses stale.
+		// (The resources saturating here are those whose candidate at
+		// the step's start is the level: nlevel marks them first.)
 		for _, r := range act {
-			if f.cand[r] != level {
+			if f.cand[r] == level {
+				f.nlevel[r] = level
+			}
+		}
+		for _, r := range act {
+			if f.nlevel[r] != level || f.cand[r] != level {
 				continue
 			}
-			f.nlevel[r] = level
 			for _, id := range f.users[r] {
 				if !f.sc[id].frozen {
 					f.freeze(id, level, e)
@@ -353,19 +365,63 @@ func (f *fluid) fill(e uint32) {
 				}
 			}
 		}
-		for _, id := range f.capped {
-			if f.sc[id].bound == level && !f.sc[id].frozen {
+		for len(bh) > 0 && bh[0].bound == level {
+			if id := bh.pop().id; !f.sc[id].frozen {
 				f.freeze(id, level, e)
 				unfrozen--
 			}
 		}
-		for _, r := range act {
-			if f.count[r] > 0 && f.nlevel[r] == noLevel {
-				f.cand[r] = f.candidate(r)
-			}
-		}
 	}
+	f.bounds = bh[:0]
 	f.check = act[:0]
+}
+
+// bounded is a flow of a refill with a finite bound.
+type bounded struct {
+	bound int64
+	id    int32
+}
+
+// boundHeap is a min-heap of bounded flows by bound.
+type boundHeap []bounded
+
+func (h boundHeap) init() {
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
+func (h boundHeap) down(i int) {
+	n := len(h)
+	x := h[i]
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && h[r].bound < h[l].bound {
+			m = r
+		}
+		if h[m].bound >= x.bound {
+			break
+		}
+		h[i] = h[m]
+		i = m
+	}
+	h[i] = x
+}
+
+func (h *boundHeap) pop() bounded {
+	q := *h
+	top := q[0]
+	n := len(q) - 1
+	q[0] = q[n]
+	*h = q[:n]
+	if n > 0 {
+		h.down(0)
+	}
+	return top
 }
 
 // candidate is a resource's level if it saturated next.
@@ -389,6 +445,7 @@ func (f *fluid) freeze(id int32, level int64, e uint32) {
 			f.load[r] = f.load[r].add(mul128(uint64(fl.coef[k]), uint64(level)))
 			f.wt[r] -= fl.coef[k]
 			f.count[r]--
+			f.stale[r] = true
 		}
 	}
 }
