@@ -81,7 +81,7 @@ first_rank = 0
 		{"one file twice", []string{"sim", "--route", "flat", "--point", "rho=2", "--trace", out, "--flows", out, "paper-ffn-moe"}, "are one file"},
 		{"one file through a link", []string{"sim", "--route", "flat", "--point", "rho=2", "--trace", out, "--flows", link, "paper-ffn-moe"}, "are one file"},
 		{"ops past the machine's memory", []string{"plan", "--max-ops", "1000000000000", "--chunk", "1 B", "--route", "hierarchical", "--point", "rho=2", "paper-ffn-moe"}, "of memory: use a larger --chunk"},
-		{"ops over the limit", []string{"plan", "--chunk", "2 KiB", "--route", "hierarchical", "--point", "rho=2", "paper-ffn-moe"}, "limit 1e7"},
+		{"ops over the limit", []string{"plan", "--max-ops", "10000000", "--chunk", "2 KiB", "--route", "hierarchical", "--point", "rho=2", "paper-ffn-moe"}, "limit 1e7"},
 		{"bad transport", []string{"run", "--backend", "nccl", "--transport", "bogus", "paper-2gpu"}, `--transport "bogus" with --backend nccl`},
 		{"topo argument", []string{"topo", "FILE"}, "topo takes no arguments"},
 		{"calibrate argument", []string{"calibrate", "FILE"}, "calibrate takes no arguments"},

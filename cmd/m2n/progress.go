@@ -30,6 +30,9 @@ type progress interface {
 	// close removes the lines from the terminal; call it before printing
 	// anything else there. It may be called more than once.
 	close()
+	// estimates is where a long simulation writes how long it will take
+	// (eta.go): above the bars on a terminal, else stderr; nil: nowhere.
+	estimates() io.Writer
 }
 
 // task is one piece of work on the progress display.
@@ -60,7 +63,7 @@ const progressRefresh = 250 * time.Millisecond
 // terminal and quiet (--json) is false, else one that shows nothing.
 func newProgress(e *env, command, what string, total int, quiet bool) progress {
 	if quiet || !isTerminal(e.stderr) || total <= 0 {
-		return noProgress{}
+		return noProgress{w: e.stderr}
 	}
 	p := mpb.New(mpb.WithOutput(e.stderr), mpb.WithRefreshRate(progressRefresh), mpb.WithAutoRefresh(), mpb.WithWidth(100))
 	top := p.AddBar(int64(total),
@@ -79,11 +82,14 @@ func taskLabel(p *scenario.Point, route string) string {
 	return p.Label() + " " + route
 }
 
-// noProgress shows nothing.
-type noProgress struct{}
+// noProgress shows no progress, and writes the estimates of long
+// simulations to w (nil: nowhere).
+type noProgress struct{ w io.Writer }
 
-func (noProgress) task(string) task { return noTask{} }
-func (noProgress) close()           {}
+func (noProgress) task(string) task          { return noTask{} }
+func (noProgress) close()                    {}
+func (p noProgress) estimates() io.Writer    { return p.w }
+func (bp *barProgress) estimates() io.Writer { return bp.p } // lines above the bars
 
 type noTask struct{}
 

@@ -115,7 +115,7 @@ func simulateAll(ctx context.Context, jobs []simJob, sel *selection, opt sim.Opt
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				t := pr.task(jobs[i].label())
+				t := simTask(pr, jobs[i])
 				rec, _, _, err := jobs[i].run(sel, opt, t)
 				t.done()
 				mu.Lock()

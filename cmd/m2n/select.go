@@ -33,7 +33,7 @@ func (sel *selection) register(fs *flags) {
 	fs.Var((*routeList)(&sel.routes), "route", "`list` of routes to plan, comma-separated (default: the scenario's, else all of "+strings.Join(plan.Routes, ", ")+")")
 	fs.Var(&sel.points, "point", "only sweep points with this coordinate, as name=value (repeatable: a sweep named twice selects both values)")
 	fs.StringVar(&sel.chunk, "chunk", "", "pipelining chunk size, e.g. \"4 MiB\" (default: the scenario's, else 4 MiB)")
-	fs.Int64Var(&sel.maxOps, "max-ops", plan.DefaultMaxOps, "refuse a schedule of more ops than this, counted from its chunks before it is built")
+	fs.Int64Var(&sel.maxOps, "max-ops", 0, "refuse a schedule of more ops than this, counted from its chunks before it is built (default: as many as this machine's memory holds at 0.3 GB a million, and at least 1e7)")
 	fs.StringVar(&sel.stagingCap, "staging-cap", "", "staging memory per GPU a schedule may use, e.g. \"2 GiB\"; staging is reused once consumed (default: 0, no cap)")
 	fs.Float64Var(&sel.scale, "scale", 1, "shrink dim 0 of every tensor by this factor in (0, 1], to fit small machines")
 	fs.StringVar(&sel.coalesce, "coalesce", "", "coalesce the transfers of a pair of ranks smaller than this into few through staging slabs, e.g. \"4 MiB\"; \"none\" turns it off (default: 1 MiB, docs/ir.md)")
@@ -134,9 +134,10 @@ func (sel *selection) planOptions(p *scenario.Point, route string) (plan.Options
 			return plan.Options{}, usagef("--staging-cap %q: want a size such as \"2 GiB\", or 0 for no cap", sel.stagingCap)
 		}
 	}
-	if sel.maxOps <= 0 {
+	if sel.maxOps < 0 {
 		return plan.Options{}, usagef("--max-ops %d: want a positive number of ops", sel.maxOps)
 	}
+	maxOps := sel.opsLimit()
 	co := plan.DefaultCoalesce
 	switch sel.coalesce {
 	case "":
@@ -151,7 +152,7 @@ func (sel *selection) planOptions(p *scenario.Point, route string) (plan.Options
 		co.SlabBytes = max(co.SlabBytes, co.BelowBytes)
 		co.BudgetBytes = max(co.BudgetBytes, 2*co.SlabBytes)
 	}
-	return plan.Options{Route: route, ChunkBytes: chunk, StagingCapBytes: int64(stagingCap), MaxOps: sel.maxOps, Coalesce: co, MaxMemoryBytes: machineMemory()}, nil
+	return plan.Options{Route: route, ChunkBytes: chunk, StagingCapBytes: int64(stagingCap), MaxOps: maxOps, Coalesce: co, MaxMemoryBytes: machineMemory()}, nil
 }
 
 // build plans one route at one point.
@@ -163,4 +164,19 @@ func (sel *selection) build(p *scenario.Point, route string) (*ir.Schedule, erro
 	t := sel.shown.task(taskLabel(p, route))
 	defer t.done()
 	return evaluate.Build(p, opt)
+}
+
+// opsLimit is the --max-ops in force.
+func (sel *selection) opsLimit() int64 {
+	if sel.maxOps > 0 {
+		return sel.maxOps
+	}
+	return defaultMaxOps(machineMemory())
+}
+
+// defaultMaxOps is --max-ops's default on a machine of mem bytes (0:
+// unknown): as many ops as its memory holds while planned and checked
+// (plan.OpBytes each), and at least plan.DefaultMaxOps.
+func defaultMaxOps(mem int64) int64 {
+	return max(plan.DefaultMaxOps, mem/plan.OpBytes)
 }

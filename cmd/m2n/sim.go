@@ -130,7 +130,7 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 		}
 	} else { // one job, with its trace or flows
 		j := jobs[0]
-		t := pr.task(j.label())
+		t := simTask(pr, j)
 		rec, s, res, err := j.run(&sel, opt, t)
 		t.done()
 		if err != nil {

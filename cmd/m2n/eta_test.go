@@ -1,0 +1,53 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/m2n-project/m2n/plan"
+	"github.com/m2n-project/m2n/sim"
+)
+
+// A long simulation announces itself before its first event and then
+// reports its own rate every etaEvery; a short one says nothing.
+func TestETA(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	defer func(c func() time.Time) { wallClock = c }(wallClock)
+	wallClock = func() time.Time { return now }
+
+	var long strings.Builder
+	ops := int(simRate[plan.Hierarchical] * 600) // ten minutes at the table's rate
+	e := newETA(&long, "gpus=512 hierarchical", plan.Hierarchical)
+	e.observe(sim.Progress{Ops: ops})
+	if got := long.String(); !strings.Contains(got, "gpus=512 hierarchical: 4.8e7 ops to simulate; at least about 10m0s") {
+		t.Errorf("announcement %q", got)
+	}
+	long.Reset()
+	now = now.Add(30 * time.Second)
+	e.observe(sim.Progress{Ops: ops, OpsDone: ops / 10})
+	if long.Len() != 0 {
+		t.Errorf("a report before a minute passed: %q", long.String())
+	}
+	now = now.Add(30 * time.Second)
+	e.observe(sim.Progress{Ops: ops, OpsDone: ops / 4})
+	if got := long.String(); !strings.Contains(got, "25% of 4.8e7 ops in 1m0s") || !strings.Contains(got, "about 3m0s left") {
+		t.Errorf("report %q", got)
+	}
+	long.Reset()
+	now = now.Add(5 * time.Minute)
+	e.observe(sim.Progress{Ops: ops, OpsDone: ops})
+	if long.Len() != 0 {
+		t.Errorf("a report at the end: %q", long.String())
+	}
+
+	var short strings.Builder
+	s := newETA(&short, "paper-2gpu flat", plan.Flat)
+	s.observe(sim.Progress{Ops: 1000})
+	now = now.Add(10 * time.Second)
+	s.observe(sim.Progress{Ops: 1000, OpsDone: 500})
+	s.observe(sim.Progress{Ops: 1000, OpsDone: 1000})
+	if short.Len() != 0 {
+		t.Errorf("a short simulation reports: %q", short.String())
+	}
+}
