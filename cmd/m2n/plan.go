@@ -68,7 +68,7 @@ of each route; print a summary of both.`)
 	for _, p := range points {
 		for _, t := range p.Tensors {
 			dst := t.Dst
-			dst.DType = t.Src.DType                            // a quantized destination: the regions of its elements
+			dst.DType = t.Src.DType                                // a quantized destination: the regions of its elements
 			r, err := plan.DeriveLimit(t.Src, dst, sel.opsLimit()) // --max-ops bounds the regions too
 			if err != nil {
 				return fmt.Errorf("point %s, tensor %s: %w", p.Label(), t.Name, err)
