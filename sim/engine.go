@@ -49,6 +49,9 @@ type Progress struct {
 	OpsDone int        // ops completed
 	Ops     int        // ops of the schedule
 	Events  int64      // flow starts plus flow ends so far
+	// Flows is the flows the schedule runs: one per local op and per
+	// send/recv pair, each an event when it starts and one when it ends.
+	Flows int
 }
 
 // progressEvery is how many batches of simultaneous events pass between
@@ -255,11 +258,12 @@ type engine struct {
 	groupEv  groupHeap
 	finished []int32 // flows done at this instant, from fire
 
-	now    units.Time
-	seq    int64
-	starts eventHeap
-	result *Result
-	err    error // a failure inside the event loop
+	now        units.Time
+	seq        int64
+	totalFlows int // the flows the schedule runs (Progress.Flows)
+	starts     eventHeap
+	result     *Result
+	err        error // a failure inside the event loop
 
 	// The executor model (runProgram): per op, when the host has issued
 	// it, its start latency (negative: its path class's) and its memory
@@ -421,6 +425,7 @@ func (e *engine) run() (*Result, error) {
 			nflows++
 		}
 	}
+	e.totalFlows = nflows
 	if e.record {
 		e.result = &Result{FlowOf: e.flowOf}
 		e.result.FlowRes, e.result.FlowCoef = make([][]int32, 0, nflows), make([][]float64, 0, nflows)
@@ -498,7 +503,7 @@ func (e *engine) nextTime() (units.Time, bool) {
 // progress reports how far the simulation has come, if asked to.
 func (e *engine) progress() {
 	if e.opt.Progress != nil {
-		e.opt.Progress(Progress{Now: e.now, OpsDone: e.done, Ops: len(e.s.Ops), Events: e.result.Events})
+		e.opt.Progress(Progress{Now: e.now, OpsDone: e.done, Ops: len(e.s.Ops), Events: e.result.Events, Flows: e.totalFlows})
 	}
 }
 

@@ -19,15 +19,14 @@ import (
 // everyday output is unchanged.
 
 // simRate is how many ops a second m2n simulates, by route, on the 2-core
-// VM of docs/performance.md at the largest points measured there: the
-// first estimate, before a simulation's own rate is known. Larger
-// schedules run slower per op (their max-min components grow), so it is
-// a lower bound, and said so.
+// VM of docs/performance.md, at scaling-dsv3's 512-GPU point: the first
+// estimate, before a simulation's own rate is known. Larger schedules run
+// slower per op (their max-min components grow), smaller ones faster.
 var simRate = map[string]float64{
-	plan.Flat:         21_000,
-	plan.Hierarchical: 80_000,
-	plan.AGBcast:      150_000,
-	plan.NemoLegacy:   150_000,
+	plan.Flat:         21_000,  // dsv3-256: about 1e6 ops in 47 s
+	plan.Hierarchical: 40_000,  // 1.1e7 ops in 284 s
+	plan.AGBcast:      650_000, // 1.7e7 ops in 26 s
+	plan.NemoLegacy:   650_000, // 1.3e7 ops in 19 s
 }
 
 const (
@@ -70,7 +69,7 @@ func (t *eta) observe(p sim.Progress) {
 			return
 		}
 		t.long = true
-		fmt.Fprintf(t.w, "m2n: %s: %s ops to simulate; at least about %s (this route simulates some %s ops/s on a 2-core machine, fewer on larger schedules)\n",
+		fmt.Fprintf(t.w, "m2n: %s: %s ops to simulate; about %s at this route's rate on a 2-core machine (%s ops/s; slower per op on larger schedules)\n",
 			t.label, plan.FormatCount(int64(p.Ops)), roundDuration(est), plan.FormatCount(int64(rate)))
 		return
 	}
@@ -78,18 +77,21 @@ func (t *eta) observe(p sim.Progress) {
 		t.finished = true
 		return
 	}
-	if now.Sub(t.last) < etaEvery || p.OpsDone == 0 {
+	// How far it has come: its events (a start and an end per flow),
+	// which cost about the same each; ops end in bursts, late.
+	done := float64(p.Events) / float64(2*max(p.Flows, 1))
+	if now.Sub(t.last) < etaEvery || p.Flows == 0 || done <= 0 || done >= 1 {
 		return
 	}
 	t.last = now
 	spent := now.Sub(t.start)
-	left := time.Duration(float64(spent) * float64(p.Ops-p.OpsDone) / float64(p.OpsDone))
+	left := time.Duration(float64(spent) * (1 - done) / done)
 	if !t.long && spent+left < etaAnnounce {
 		return
 	}
 	t.long = true
-	fmt.Fprintf(t.w, "m2n: %s: %.0f%% of %s ops in %s (%v simulated), about %s left\n",
-		t.label, 100*float64(p.OpsDone)/float64(p.Ops), plan.FormatCount(int64(p.Ops)), roundDuration(spent), units.Time(p.Now), roundDuration(left))
+	fmt.Fprintf(t.w, "m2n: %s: %.0f%% of %s flows' events in %s (%v simulated), about %s left\n",
+		t.label, 100*done, plan.FormatCount(int64(p.Flows)), roundDuration(spent), units.Time(p.Now), roundDuration(left))
 }
 
 // roundDuration writes a duration to a second, or a minute past an hour.

@@ -20,18 +20,18 @@ func TestETA(t *testing.T) {
 	ops := int(simRate[plan.Hierarchical] * 600) // ten minutes at the table's rate
 	e := newETA(&long, "gpus=512 hierarchical", plan.Hierarchical)
 	e.observe(sim.Progress{Ops: ops})
-	if got := long.String(); !strings.Contains(got, "gpus=512 hierarchical: 4.8e7 ops to simulate; at least about 10m0s") {
+	if got := long.String(); !strings.Contains(got, "gpus=512 hierarchical: 2.4e7 ops to simulate; about 10m0s") {
 		t.Errorf("announcement %q", got)
 	}
 	long.Reset()
 	now = now.Add(30 * time.Second)
-	e.observe(sim.Progress{Ops: ops, OpsDone: ops / 10})
+	e.observe(sim.Progress{Ops: ops, Flows: ops / 2, Events: int64(ops) / 10})
 	if long.Len() != 0 {
 		t.Errorf("a report before a minute passed: %q", long.String())
 	}
 	now = now.Add(30 * time.Second)
-	e.observe(sim.Progress{Ops: ops, OpsDone: ops / 4})
-	if got := long.String(); !strings.Contains(got, "25% of 4.8e7 ops in 1m0s") || !strings.Contains(got, "about 3m0s left") {
+	e.observe(sim.Progress{Ops: ops, OpsDone: ops / 10, Flows: ops / 2, Events: int64(ops) / 4})
+	if got := long.String(); !strings.Contains(got, "25% of 1.2e7 flows' events in 1m0s") || !strings.Contains(got, "about 3m0s left") {
 		t.Errorf("report %q", got)
 	}
 	long.Reset()
@@ -45,7 +45,7 @@ func TestETA(t *testing.T) {
 	s := newETA(&short, "paper-2gpu flat", plan.Flat)
 	s.observe(sim.Progress{Ops: 1000})
 	now = now.Add(10 * time.Second)
-	s.observe(sim.Progress{Ops: 1000, OpsDone: 500})
+	s.observe(sim.Progress{Ops: 1000, OpsDone: 500, Flows: 600, Events: 600})
 	s.observe(sim.Progress{Ops: 1000, OpsDone: 1000})
 	if short.Len() != 0 {
 		t.Errorf("a short simulation reports: %q", short.String())
