@@ -205,6 +205,20 @@ func fluidWith(fullFrac float64) func([]u128) solver {
 	}
 }
 
+// checkedFluid is the solver checking the max-min definition after every
+// solve (checkMaxMin); err keeps the first failure.
+type checkedFluid struct {
+	*fluid
+	err *error
+}
+
+func (c checkedFluid) solve() {
+	c.fluid.solve()
+	if *c.err == nil {
+		*c.err = checkMaxMin(c.fluid)
+	}
+}
+
 // sameResult reports the first difference between two results.
 func sameResult(got, want *Result) error {
 	if got.Makespan != want.Makespan || got.Events != want.Events || got.Flows != want.Flows {
@@ -242,6 +256,11 @@ func sameAsFullFill(s *ir.Schedule, tp *topo.Topology, opt Options) error {
 		if err := sameResult(got, want); err != nil {
 			return fmt.Errorf("full fraction %g: %v", frac, err)
 		}
+	}
+	// At every event, every flow has a bottleneck (the definition).
+	var defErr error
+	if _, err := run(s, tp, opt, engineWith(func(c []u128) solver { return checkedFluid{newFluid(c), &defErr} })); err == nil && defErr != nil {
+		return fmt.Errorf("max-min definition: %v", defErr)
 	}
 	// Without the timeline and the flows, nothing else changes.
 	opt.Timeline, opt.Flows = false, false
