@@ -13,25 +13,27 @@ import (
 )
 
 // A long simulation says how long it will take: before its first event,
-// from the schedule's ops and its route's simulation rate on a 2-core
-// machine (simRate), and then every etaEvery from the rate it has shown.
-// Short ones (an estimate under etaAnnounce) say nothing, so that
-// everyday output is unchanged.
+// from the schedule's ops and the range of rates its route has shown on a
+// 2-core machine (simRates); etaFirst in, from the rate it has shown
+// itself; and every etaEvery after. Short ones (under etaAnnounce at the
+// slowest rate, and done before etaFirst) say nothing, so that everyday
+// output is unchanged.
 
-// simRate is how many ops a second m2n simulates, by route, on the 2-core
-// VM of docs/performance.md, at scaling-dsv3's 512-GPU point: the first
-// estimate, before a simulation's own rate is known. Larger schedules run
-// slower per op (their max-min components grow), smaller ones faster.
-var simRate = map[string]float64{
-	plan.Flat:         21_000,  // dsv3-256: about 1e6 ops in 47 s
-	plan.Hierarchical: 40_000,  // 1.1e7 ops in 284 s
-	plan.AGBcast:      650_000, // 1.7e7 ops in 26 s
-	plan.NemoLegacy:   650_000, // 1.3e7 ops in 19 s
+// simRates is the slowest and fastest ops a second m2n has simulated, by
+// route, on the 2-core VM of docs/performance.md (the scaling-dsv3 and
+// dsv3-256 points): how fast a schedule goes depends on how many flows
+// share its ports, which its op count does not tell.
+var simRates = map[string][2]float64{
+	plan.Flat:         {10_000, 21_000},    // dsv3-256: about 1e6 ops in 47 s
+	plan.Hierarchical: {40_000, 1_500_000}, // 1.1e7 ops in 284 s at 512 GPUs; 4.7e7 in 32 s at 2,048
+	plan.AGBcast:      {300_000, 700_000},  // 1.7e7 ops in 26 s at 512 GPUs
+	plan.NemoLegacy:   {300_000, 700_000},  // 1.3e7 ops in 19 s at 512 GPUs
 }
 
 const (
 	etaAnnounce = 30 * time.Second // estimates from this long on are shown
-	etaEvery    = time.Minute      // how often a long simulation reports
+	etaFirst    = 10 * time.Second // when a simulation first estimates from its own rate
+	etaEvery    = time.Minute      // then how often
 )
 
 // wallClock is the clock of the estimates (a variable for tests).
@@ -59,18 +61,19 @@ func (t *eta) observe(p sim.Progress) {
 	defer t.mu.Unlock()
 	now := wallClock()
 	if t.start.IsZero() {
-		t.start, t.last = now, now
-		rate := simRate[t.route]
-		if rate == 0 || p.Ops == 0 {
+		t.start, t.last = now, now.Add(etaFirst-etaEvery)
+		rates, ok := simRates[t.route]
+		if !ok || p.Ops == 0 {
 			return
 		}
-		est := time.Duration(float64(p.Ops) / rate * float64(time.Second))
-		if est < etaAnnounce {
+		at := func(rate float64) time.Duration { return time.Duration(float64(p.Ops) / rate * float64(time.Second)) }
+		slow, fast := at(rates[0]), at(rates[1])
+		if slow < etaAnnounce {
 			return
 		}
 		t.long = true
-		fmt.Fprintf(t.w, "m2n: %s: %s ops to simulate; about %s at this route's rate on a 2-core machine (%s ops/s; slower per op on larger schedules)\n",
-			t.label, plan.FormatCount(int64(p.Ops)), roundDuration(est), plan.FormatCount(int64(rate)))
+		fmt.Fprintf(t.w, "m2n: %s: %s ops to simulate; %s to %s at this route's rates on a 2-core machine (its own rate in %s)\n",
+			t.label, plan.FormatCount(int64(p.Ops)), roundDuration(fast), roundDuration(slow), etaFirst)
 		return
 	}
 	if p.OpsDone >= p.Ops || t.finished {

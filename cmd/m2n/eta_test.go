@@ -17,21 +17,32 @@ func TestETA(t *testing.T) {
 	wallClock = func() time.Time { return now }
 
 	var long strings.Builder
-	ops := int(simRate[plan.Hierarchical] * 600) // ten minutes at the table's rate
+	ops := int(simRates[plan.Hierarchical][0] * 600) // ten minutes at the slowest rate
 	e := newETA(&long, "gpus=512 hierarchical", plan.Hierarchical)
 	e.observe(sim.Progress{Ops: ops})
-	if got := long.String(); !strings.Contains(got, "gpus=512 hierarchical: 2.4e7 ops to simulate; about 10m0s") {
+	if got := long.String(); !strings.Contains(got, "gpus=512 hierarchical: 2.4e7 ops to simulate; 16s to 10m0s") {
 		t.Errorf("announcement %q", got)
 	}
 	long.Reset()
-	now = now.Add(30 * time.Second)
-	e.observe(sim.Progress{Ops: ops, Flows: ops / 2, Events: int64(ops) / 10})
+	now = now.Add(5 * time.Second)
+	e.observe(sim.Progress{Ops: ops, Flows: ops / 2, Events: int64(ops) / 20})
 	if long.Len() != 0 {
-		t.Errorf("a report before a minute passed: %q", long.String())
+		t.Errorf("a report before %v passed: %q", etaFirst, long.String())
+	}
+	now = now.Add(5 * time.Second)
+	e.observe(sim.Progress{Ops: ops, OpsDone: ops / 10, Flows: ops / 2, Events: int64(ops) / 4})
+	if got := long.String(); !strings.Contains(got, "25% of 1.2e7 flows' events in 10s") || !strings.Contains(got, "about 30s left") {
+		t.Errorf("first report %q", got)
+	}
+	long.Reset()
+	now = now.Add(30 * time.Second)
+	e.observe(sim.Progress{Ops: ops, OpsDone: ops / 10, Flows: ops / 2, Events: int64(ops) / 2})
+	if long.Len() != 0 {
+		t.Errorf("a report within %v of the last: %q", etaEvery, long.String())
 	}
 	now = now.Add(30 * time.Second)
-	e.observe(sim.Progress{Ops: ops, OpsDone: ops / 10, Flows: ops / 2, Events: int64(ops) / 4})
-	if got := long.String(); !strings.Contains(got, "25% of 1.2e7 flows' events in 1m0s") || !strings.Contains(got, "about 3m0s left") {
+	e.observe(sim.Progress{Ops: ops, OpsDone: ops / 2, Flows: ops / 2, Events: int64(ops) * 7 / 10})
+	if got := long.String(); !strings.Contains(got, "70% of 1.2e7 flows' events in 1m10s") || !strings.Contains(got, "about 30s left") {
 		t.Errorf("report %q", got)
 	}
 	long.Reset()
