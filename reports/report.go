@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 
@@ -299,9 +300,28 @@ func AxisOf(sw scenario.Sweep) Axis {
 		for _, x := range a.X {
 			lo, hi = math.Min(lo, x), math.Max(hi, x)
 		}
-		a.Log = lo > 0 && hi/lo > 10
+		a.Log = lo > 0 && (hi/lo > 10 || doubling(a.X))
 	}
 	return a
+}
+
+// doubling reports whether positive values, sorted, nearly double (at least
+// 1.9x) from each to the next over three or more of them (GPU counts that
+// double, a chunk size swept by powers of two): they read best on a log
+// axis.
+func doubling(xs []float64) bool {
+	v := append([]float64(nil), xs...)
+	sort.Float64s(v)
+	v = slices.Compact(v)
+	if len(v) < 3 || v[0] <= 0 {
+		return false
+	}
+	for i := 1; i < len(v); i++ {
+		if v[i] < 1.9*v[i-1] {
+			return false
+		}
+	}
+	return true
 }
 
 // distinct reports how many distinct positions the axis has.

@@ -184,7 +184,8 @@ func TestAxisOf(t *testing.T) {
 		log    bool
 		x      []float64
 	}{
-		{"ints", []any{int64(2), int64(4), int64(8)}, "", false, false, []float64{2, 4, 8}},
+		{"ints that double", []any{int64(2), int64(4), int64(8)}, "", false, true, []float64{2, 4, 8}},
+		{"ints evenly spaced", []any{int64(2), int64(4), int64(6)}, "", false, false, []float64{2, 4, 6}},
 		{"ints over a decade", []any{int64(1), int64(100)}, "", false, true, []float64{1, 100}},
 		{"floats with zero", []any{0.0, 50.0}, "", false, false, []float64{0, 50}},
 		{"sizes", []any{"1 MiB", "16 GiB"}, "B", false, true, []float64{1 << 20, 16 << 30}},
@@ -534,5 +535,27 @@ func TestTicks(t *testing.T) {
 	}
 	if got := strings.Join(labels, ","); got != "0.00,0.25,0.50,0.75,1.00,1.25,1.50,1.75" {
 		t.Errorf("linear ticks %s", got)
+	}
+}
+
+// Swept values that double read on a log axis; evenly spaced ones do not.
+func TestDoublingAxis(t *testing.T) {
+	for _, c := range []struct {
+		xs   []float64
+		want bool
+	}{
+		{[]float64{64, 128, 256, 512}, true},
+		{[]float64{512, 64, 256, 128, 128}, true},
+		{[]float64{2, 4, 8}, true},
+		{[]float64{10, 19, 40}, true},
+		{[]float64{10, 18, 40}, false},
+		{[]float64{2, 4}, false},
+		{[]float64{1, 2, 3}, false},
+		{[]float64{100, 200, 300, 400}, false},
+		{[]float64{0, 1, 2, 4}, false},
+	} {
+		if got := doubling(c.xs); got != c.want {
+			t.Errorf("doubling(%v) = %v, want %v", c.xs, got, c.want)
+		}
 	}
 }
