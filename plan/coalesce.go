@@ -342,7 +342,10 @@ func rewrite(s *ir.Schedule, slabs []slab, member []int32) (*ir.Schedule, error)
 	// tensor in chunks, only the first waiting for its writers), so a
 	// send's chain is replaced by the writers of the bytes it reads, where
 	// its buffer is written once per byte (every buffer m2n builds without
-	// a staging cap); in an arena it stays, through the copy in.
+	// a staging cap); in an arena it stays, through the copy in. Under a
+	// staging cap a recv's dependency on the pair's previous recv can also
+	// be the reuse of arena bytes that recv wrote (plan/staging.go): that
+	// one stays, on the member's copy out, which now writes those bytes.
 	chain := func(e, d int32) bool {
 		return isXfer(s, d) && samePairKind(&s.Ops[e], &s.Ops[d]) && (isMember(e) || isMember(d))
 	}
@@ -368,6 +371,9 @@ func rewrite(s *ir.Schedule, slabs []slab, member []int32) (*ir.Schedule, error)
 				continue
 			}
 			if s.Ops[e].Kind == ir.Recv {
+				if reuses(s, e, d) {
+					f(d) // the bytes d wrote are reused: not a mere chain
+				}
 				continue
 			}
 			src := s.Ops[e].Src
@@ -637,6 +643,35 @@ func sendOf(s *ir.Schedule, i int32) int32 {
 		return s.Ops[i].Match
 	}
 	return i
+}
+
+// reuses reports whether recv e writes arena bytes of its rank that recv d
+// wrote: e's dependency on d is then the staging cap's ordering of their
+// writes, not only the order of the pair's transfers.
+func reuses(s *ir.Schedule, e, d int32) bool {
+	be, bd := &s.Buffers[s.Ops[e].Dst.Buf], &s.Buffers[s.Ops[d].Dst.Buf]
+	if !be.InArena || !bd.InArena || be.Rank != bd.Rank {
+		return false
+	}
+	lo1, hi1 := arenaBytes(s, s.Ops[e].Dst)
+	lo2, hi2 := arenaBytes(s, s.Ops[d].Dst)
+	return lo1 < hi2 && lo2 < hi1
+}
+
+// arenaBytes is the span of arena bytes a region of an arena buffer covers
+// (a box: from its first byte to its last).
+func arenaBytes(s *ir.Schedule, rg ir.Region) (lo, hi int64) {
+	buf := &s.Buffers[rg.Buf]
+	if !rg.IsBox() {
+		return buf.ArenaOffset + rg.Offset, buf.ArenaOffset + rg.Offset + rg.Bytes
+	}
+	box, elem := s.Box(rg), s.BufElem(rg.Buf)
+	var first, last int64
+	for d, n := range buf.Box.Size {
+		first = first*n + box.Start[d]
+		last = last*n + box.Start[d] + box.Size[d] - 1
+	}
+	return buf.ArenaOffset + first*elem, buf.ArenaOffset + (last+1)*elem
 }
 
 // samePairKind reports whether two sends (or two recvs) are of one ordered
