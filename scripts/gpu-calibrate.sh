@@ -5,14 +5,19 @@
 # ./gpu-out) receives the preset, the JSON and the logs; the last lines are
 # one table: every (scenario, point, route, launch mode) measured beside the
 # model and its error. Fitted: the calibrate benches only. Predicted without
-# refitting: everything after them.
+# refitting: everything after them, from the first preset alone. CAL
+# (default 3) calibrations run back to back, each into its own preset
+# (OUT/hgx-h200-measured-K.toml), so that `m2n sim --model` with each
+# predicts the same held-out runs and shows the presets' spread
+# (docs/calibration.md says how).
 set -uo pipefail
 OUT=${OUT:-./gpu-out}
 PORT=${PORT:-29811}
 ITERS=${ITERS:-20}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
-P="$OUT/hgx-h200-measured.toml"
+CAL=${CAL:-3}
+P="$OUT/hgx-h200-measured-1.toml"
 step() { echo; echo "=== $*"; }
 torchrun2() {
 	export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
@@ -23,16 +28,28 @@ one() { local n=$1; shift; timeout 300 bin/m2n run --backend nccl --iters "$ITER
 perproc() { local n=$1; shift; torchrun2 bin/m2n run --backend nccl --iters "$ITERS" --warmup 5 --timeout 1m --json --model "$P" "$@" > "$OUT/$n.json" 2> "$OUT/$n.err"; }
 loop() { local n=$1; shift; timeout 400 bin/m2n run --iters "$ITERS" --warmup 3 --json --model "$P" "$@" > "$OUT/$n.json"; }
 {
-step "calibrate, one process"
-time bin/m2n calibrate --out "$P"
-step "calibrate, one process per GPU (adds per_gpu)"
-time torchrun2 bin/m2n calibrate --into "$P" --out "$P"
+for k in $(seq 1 "$CAL"); do
+	step "calibration $k of $CAL, one process"
+	time bin/m2n calibrate --out "$OUT/hgx-h200-measured-$k.toml"
+	step "calibration $k of $CAL, one process per GPU (adds per_gpu)"
+	time torchrun2 bin/m2n calibrate --into "$OUT/hgx-h200-measured-$k.toml" --out "$OUT/hgx-h200-measured-$k.toml"
+done
 cat "$P"
 step "held out: paper-2gpu, two GPUs"
-one paper-1proc-nccl paper-2gpu
-perproc paper-perproc-nccl paper-2gpu
+one paper-1proc-nccl --transport nccl paper-2gpu
+perproc paper-perproc-nccl --transport nccl paper-2gpu
 one paper-1proc-copy --transport copy paper-2gpu
 perproc paper-perproc-copy --transport copy --route flat,hierarchical paper-2gpu
+step "held out: whole models (dense-2gpu, moe-2gpu; BF16 and FP8), both launch modes and transports"
+one dense-1proc-nccl --transport nccl dense-2gpu
+one dense-1proc-copy --transport copy dense-2gpu
+perproc dense-perproc-nccl --transport nccl --route flat,hierarchical,agbcast,nemo-legacy dense-2gpu
+perproc dense-perproc-copy --transport copy --route flat,hierarchical dense-2gpu
+one moe-1proc-nccl --transport nccl --route flat,hierarchical moe-2gpu
+one moe-1proc-legacy --transport nccl --route agbcast,nemo-legacy --staging-cap 8GiB moe-2gpu
+one moe-1proc-copy --transport copy --route flat,hierarchical moe-2gpu
+perproc moe-perproc-nccl --transport nccl --route flat,hierarchical moe-2gpu
+perproc moe-perproc-copy --transport copy --route flat,hierarchical moe-2gpu
 step "held out: the paper layer in loopback (scale 0.0625, rho=2)"
 loop loop-paper-copy --scale 0.0625 --point rho=2 paper-ffn-moe
 loop loop-paper-nccl --transport nccl --scale 0.0625 --point rho=2 paper-ffn-moe
