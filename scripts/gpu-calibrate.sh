@@ -56,7 +56,9 @@ loop loop-paper-nccl --transport nccl --scale 0.0625 --point rho=2 paper-ffn-moe
 step "held out: qwen3-235b-128 in loopback (scale 0.002, staging cap 256 MiB)"
 ITERS=5 loop loop-qwen3 --scale 0.002 --staging-cap 256MiB --route agbcast,hierarchical,nemo-legacy qwen3-235b-128
 step "held out: FP8 on the wire (fp8-2gpu), two GPUs and loopback"
-one fp8-1proc-nccl fp8-2gpu
+one fp8-1proc-auto fp8-2gpu
+one fp8-1proc-nccl --transport nccl fp8-2gpu
 loop loop-fp8 fp8-2gpu
 step "every run"; python3 scripts/gpu_table.py "$OUT"/*.json
+step "every preset's prediction (also here, without a GPU: python3 scripts/heldout_table.py OUT)"; python3 scripts/heldout_table.py "$OUT"
 } 2>&1 | tee "$OUT/gpu-calibrate.log"

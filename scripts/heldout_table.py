@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""The held-out table of scripts/gpu-calibrate.sh, with every preset's prediction.
+
+python3 scripts/heldout_table.py OUT   (run where bin/m2n is; no GPU needed)
+
+OUT holds what scripts/gpu-calibrate.sh wrote there: the presets
+hgx-h200-measured-K.toml and the run records CONFIG.json, measured with
+preset 1. For every record it asks `bin/m2n sim --model PRESET` what each
+preset predicts for the same (scenario, point, route, launch mode,
+transport), and prints one Markdown row per record: the measured median,
+each preset's model and error (modeled / measured - 1), and the spread of
+the presets' predictions ((max - min) / min). Every record is a row; a
+record without a measurement says why. The last lines are the tally."""
+import glob
+import json
+import os
+import subprocess
+import sys
+
+# How scripts/gpu-calibrate.sh ran each config: the scenario and the
+# planning flags that shape the schedule (the model needs the same).
+CONFIGS = {
+    "paper": ["paper-2gpu"],
+    "dense": ["dense-2gpu"],
+    "moe-1proc-legacy": ["--staging-cap", "8GiB", "moe-2gpu"],
+    "moe": ["moe-2gpu"],
+    "loop-paper": ["--loopback", "--scale", "0.0625", "paper-ffn-moe"],
+    "loop-qwen3": ["--loopback", "--scale", "0.002", "--staging-cap", "256MiB", "qwen3-235b-128"],
+    "loop-fp8": ["--loopback", "fp8-2gpu"],
+    "fp8": ["fp8-2gpu"],
+}
+
+
+def flags_of(name):
+    for prefix in sorted(CONFIGS, key=len, reverse=True):
+        if name == prefix or name.startswith(prefix + "-"):
+            return CONFIGS[prefix]
+    return None
+
+
+def predict(preset, args, route, point, launch, transport, cache):
+    key = (preset, tuple(args), route, launch, transport)
+    if key not in cache:
+        cmd = ["bin/m2n", "sim", "--json", "--model", preset, "--route", route, "--transport", transport]
+        if "--loopback" not in args:
+            cmd += ["--launch", launch]
+        out = subprocess.run(cmd + args, capture_output=True, text=True)
+        recs = json.loads(out.stdout)["records"] if out.returncode == 0 else []
+        cache[key] = {json.dumps(r.get("point", {}), sort_keys=True): r.get("modeled_s") for r in recs}
+        if out.returncode != 0:
+            cache[key]["error"] = out.stderr.strip().splitlines()[-1]
+    got = cache[key]
+    return got.get(json.dumps(point, sort_keys=True)), got.get("error")
+
+
+def main(out):
+    presets = sorted(glob.glob(os.path.join(out, "hgx-h200-measured-*.toml")))
+    if not presets:
+        sys.exit(f"{out}: no hgx-h200-measured-K.toml presets")
+    cache = {}
+    head = ["config", "point", "route", "launch", "transport", "measured"]
+    head += [f"preset {k + 1} (error)" for k in range(len(presets))] + ["spread"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    tally = {"rows": 0, "within 10%": 0, "spread within 3%": 0, "no measurement": 0}
+    for path in sorted(glob.glob(os.path.join(out, "*.json"))):
+        name = os.path.basename(path)[:-5]
+        args = flags_of(name)
+        try:
+            doc = json.load(open(path))
+        except Exception as e:
+            print(f"| {name} | - | - | - | - | no JSON ({e.__class__.__name__}) |" + " |" * (len(presets) + 1))
+            tally["rows"] += 1
+            tally["no measurement"] += 1
+            continue
+        for r in doc.get("records", []):
+            tally["rows"] += 1
+            point = r.get("point", {})
+            label = ",".join(f"{k}={v}" for k, v in sorted(point.items())) or "-"
+            m = r.get("measured_s")
+            if not m:
+                tally["no measurement"] += 1
+                print(f"| {name} | {label} | {r['route']} | {r.get('launch', '')} | | {('error: ' + r.get('error', ''))[:70]} |" + " |" * (len(presets) + 1))
+                continue
+            cells, models = [], []
+            for p in presets:
+                v, err = predict(p, args or [], r["route"], point, r.get("launch", "one-process"), r.get("transport", "nccl"), cache)
+                if v:
+                    models.append(v)
+                    cells.append(f"{v * 1e3:.3f} ms ({100 * (v / m - 1):+.1f}%)")
+                else:
+                    cells.append("- " + (err or "")[:40])
+            spread = (max(models) - min(models)) / min(models) if len(models) > 1 else 0
+            if models and abs(models[0] / m - 1) <= 0.10:
+                tally["within 10%"] += 1
+            if len(models) == len(presets) and spread <= 0.03:
+                tally["spread within 3%"] += 1
+            print(f"| {name} | {label} | {r['route']} | {r.get('launch', '')} | {r.get('transport', '')} | {m * 1e3:.3f} ms | " + " | ".join(cells) + f" | {100 * spread:.1f}% |")
+    print()
+    print(", ".join(f"{k}: {v}" for k, v in tally.items()) + f" (of {tally['rows']} rows; within 10%: preset 1's error)")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "./gpu-out")
