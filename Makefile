@@ -5,7 +5,7 @@ GO       ?= go
 # go-nvml's header warns about deprecated calls m2n does not make.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 BIN      := bin/m2n
-PURE     := ./model/... ./plan/... ./sim/... ./evaluate/... ./reports/... ./calibrate
+PURE     := ./model/... ./ir/... ./program/... ./hostexec/... ./plan/... ./sim/... ./evaluate/... ./reports/... ./calibrate
 FUZZTIME ?= 30s
 
 .DEFAULT_GOAL := help

@@ -8,12 +8,12 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/model/units"
 	"github.com/m2n-project/m2n/plan"
-	"github.com/m2n-project/m2n/plan/ir"
-	"github.com/m2n-project/m2n/plan/program"
+	"github.com/m2n-project/m2n/program"
 )
 
 // A Bench is one microbenchmark: a schedule and how the executor runs it.

@@ -8,7 +8,7 @@ import (
 	"github.com/m2n-project/m2n/model/scenario"
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/model/units"
-	"github.com/m2n-project/m2n/plan/program"
+	"github.com/m2n-project/m2n/program"
 	"github.com/m2n-project/m2n/sim"
 )
 

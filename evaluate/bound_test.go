@@ -4,10 +4,10 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/plan"
-	"github.com/m2n-project/m2n/plan/ir"
 	"github.com/m2n-project/m2n/sim"
 )
 

@@ -8,11 +8,11 @@ package evaluate
 import (
 	"fmt"
 
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/scenario"
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/model/units"
 	"github.com/m2n-project/m2n/plan"
-	"github.com/m2n-project/m2n/plan/ir"
 	"github.com/m2n-project/m2n/sim"
 )
 

@@ -6,14 +6,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/plan"
-	"github.com/m2n-project/m2n/plan/ir"
-	"github.com/m2n-project/m2n/plan/program"
+	"github.com/m2n-project/m2n/program"
 )
 
-// The simulator's box class (plan/program) names the kernel the executor
+// The simulator's box class (program) names the kernel the executor
 // picks for every pack, unpack and box copy of random schedules, buffers
 // placed as the executor places them.
 func TestBoxClassMatchesKernel(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/m2n-project/m2n/model/layout"
-	"github.com/m2n-project/m2n/plan/program"
+	"github.com/m2n-project/m2n/program"
 )
 
 // maxDims is the most tensor dims the kernels take (M2N_MAXD in copy.cu).

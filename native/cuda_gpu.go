@@ -22,9 +22,9 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/kernels"
 	"github.com/m2n-project/m2n/model/units"
-	"github.com/m2n-project/m2n/plan/ir"
 )
 
 // CUDA constants.

@@ -8,9 +8,9 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/units"
-	"github.com/m2n-project/m2n/plan/ir"
-	"github.com/m2n-project/m2n/plan/program"
+	"github.com/m2n-project/m2n/program"
 )
 
 // Backends.

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/m2n-project/m2n/plan/ir"
+	"github.com/m2n-project/m2n/ir"
 )
 
 func runFake(t *testing.T, s *ir.Schedule, opt Options, devices int, seed uint64) *Result {

@@ -7,8 +7,8 @@ import (
 	"math/rand/v2"
 	"slices"
 
+	"github.com/m2n-project/m2n/hostexec"
 	"github.com/m2n-project/m2n/model/units"
-	"github.com/m2n-project/m2n/plan/hostexec"
 )
 
 // fakeGPU is a device layer in host memory. Work queues per stream and runs

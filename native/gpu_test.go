@@ -13,11 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/model/units"
 	"github.com/m2n-project/m2n/plan"
-	"github.com/m2n-project/m2n/plan/ir"
 )
 
 // skipWithoutGPU skips a test where CUDA or a GPU is absent and fails it on

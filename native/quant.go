@@ -5,8 +5,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/layout"
-	"github.com/m2n-project/m2n/plan/ir"
 )
 
 // quantArgs mirrors struct QuantArgs in kernels/copy.cu, field for field.

@@ -4,8 +4,8 @@ import (
 	"encoding/binary"
 	"math"
 
+	"github.com/m2n-project/m2n/hostexec"
 	"github.com/m2n-project/m2n/model/layout"
-	"github.com/m2n-project/m2n/plan/hostexec"
 )
 
 var sdtDType = map[int32]layout.DType{1: layout.BF16, 2: layout.FP16, 3: layout.FP32}

@@ -6,10 +6,10 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/plan"
-	"github.com/m2n-project/m2n/plan/ir"
 )
 
 func TestQuantArgsLayout(t *testing.T) {

@@ -3,8 +3,8 @@
 package native
 
 import (
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/units"
-	"github.com/m2n-project/m2n/plan/ir"
 )
 
 // DeviceInfo describes a GPU as CUDA sees it.

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/m2n-project/m2n/plan/ir"
+	"github.com/m2n-project/m2n/ir"
 )
 
 // abortGrace is how long m2n waits, after a timeout, for NCCL's abort to

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/m2n-project/m2n/plan/ir"
+	"github.com/m2n-project/m2n/ir"
 )
 
 // wedgedCalls replaces onWedged for a test, recording its messages.

@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/model/units"
-	"github.com/m2n-project/m2n/plan/ir"
 )
 
 // SOL is the speed-of-light bound of a route: the aggregate data-movement

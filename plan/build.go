@@ -7,9 +7,9 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/model/topo"
-	"github.com/m2n-project/m2n/plan/ir"
 )
 
 // Route names.

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/m2n-project/m2n/hostexec"
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/model/topo"
-	"github.com/m2n-project/m2n/plan/hostexec"
-	"github.com/m2n-project/m2n/plan/ir"
 )
 
 func paperTensors(rho int) []ir.Tensor {

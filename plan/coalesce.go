@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/m2n-project/m2n/plan/ir"
+	"github.com/m2n-project/m2n/ir"
 )
 
 // Coalesce says how small transfers are gathered into few large ones.
@@ -74,7 +74,7 @@ type slab struct {
 // its recv (as the routes build them).
 func coalesceSchedule(s *ir.Schedule, c Coalesce, budget map[int32]int64) (*ir.Schedule, error) {
 	n := int32(len(s.Ops))
-	// Levels, as NCCL groups are cut uncapped (plan/program): a transfer
+	// Levels, as NCCL groups are cut uncapped (program): a transfer
 	// joins the level of the previous transfer of its own ordered pair it
 	// depends on, and comes after any other transfer it depends on.
 	lvl := make([]int32, n)

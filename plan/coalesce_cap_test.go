@@ -4,8 +4,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/scenario"
-	"github.com/m2n-project/m2n/plan/ir"
 	"github.com/m2n-project/m2n/scenarios"
 )
 

@@ -3,9 +3,9 @@ package plan
 import (
 	"sort"
 
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/model/topo"
-	"github.com/m2n-project/m2n/plan/ir"
 )
 
 // NemoLegacy is the whole-model refit as NeMo-RL runs it without M2N: per

@@ -6,10 +6,10 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/model/workload"
-	"github.com/m2n-project/m2n/plan/ir"
 )
 
 // legacyRing: every destination rank but the root once, domain by domain;

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/layout"
-	"github.com/m2n-project/m2n/plan/ir"
 )
 
 // Where a quantized tensor is quantized (docs/ir.md, "Quantized

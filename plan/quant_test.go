@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/layout"
-	"github.com/m2n-project/m2n/plan/ir"
 )
 
 // randomQuant makes a random layout pair quantizable: two dims or more,

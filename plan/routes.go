@@ -8,8 +8,8 @@ import (
 
 	"github.com/m2n-project/m2n/model/topo"
 
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/layout"
-	"github.com/m2n-project/m2n/plan/ir"
 )
 
 // delivery is one contribution on its way to the replicas of a destination

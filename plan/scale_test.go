@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/model/scenario"
-	"github.com/m2n-project/m2n/plan/ir"
 )
 
 // oneToOne is a tensor of n int8 elements sharded S(0) over n ranks on both

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/m2n-project/m2n/internal/datadriven"
-	"github.com/m2n-project/m2n/plan/ir"
+	"github.com/m2n-project/m2n/ir"
 )
 
 // The scripts in testdata/ hold regions and routes as data: layouts and a

@@ -6,8 +6,8 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/units"
-	"github.com/m2n-project/m2n/plan/ir"
 )
 
 // Memory-bounded staging (Options.StagingCapBytes).

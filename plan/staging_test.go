@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/model/topo"
-	"github.com/m2n-project/m2n/plan/ir"
 )
 
 // Random layouts and topologies, every route, under random caps below what

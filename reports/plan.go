@@ -1,16 +1,14 @@
 package reports
 
 import (
-	"encoding/hex"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/scenario"
 	"github.com/m2n-project/m2n/model/units"
-	"github.com/m2n-project/m2n/plan"
-	"github.com/m2n-project/m2n/plan/ir"
 )
 
 // The command line's views of plans: the text tables and the JSON records
@@ -77,20 +75,6 @@ type PlanOutput struct {
 	Description string       `json:"-"`
 	Tensors     []PlanTensor `json:"tensors"`
 	Routes      []PlanRoute  `json:"routes"`
-}
-
-// NewPlanTensor summarizes the regions of one tensor at a point.
-func NewPlanTensor(p *scenario.Point, tensor string, r *plan.Regions) PlanTensor {
-	st := r.Stats()
-	d := r.Digest()
-	return PlanTensor{
-		Point: p.Map(), Tensor: tensor, Src: r.Src.String(), Dst: r.Dst.String(),
-		UniqueBytes: st.UniqueBytes, NeedBytesMin: st.NeedMin, NeedBytesMax: st.NeedMax,
-		Regions: st.Contributions, Transfers: st.Transfers, LocalCopies: st.LocalCopies,
-		TransferBytes: st.TransferBytes, LocalBytes: st.LocalBytes,
-		EgressBytesMin: st.EgressMin, EgressBytesMax: st.EgressMax,
-		Digest: hex.EncodeToString(d[:]), Label: p.Label(),
-	}
 }
 
 // NewPlanRoute summarizes the schedule of one route at a point.

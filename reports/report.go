@@ -11,7 +11,6 @@ import (
 	"github.com/m2n-project/m2n/evaluate"
 	"github.com/m2n-project/m2n/model/scenario"
 	"github.com/m2n-project/m2n/model/units"
-	"github.com/m2n-project/m2n/plan"
 )
 
 // Report is one scenario's simulated results: every route at every sweep
@@ -131,7 +130,8 @@ func (r *Report) Validate() error {
 	return nil
 }
 
-// routes lists the report's routes: the known ones in plan.Routes order,
+// routes lists the report's routes: the known ones in scenario.RouteNames
+// order (the planner's),
 // then any others in order of first appearance.
 func (r *Report) routes() []string {
 	seen := map[string]bool{}
@@ -139,7 +139,7 @@ func (r *Report) routes() []string {
 		seen[row.Route] = true
 	}
 	var out []string
-	for _, k := range plan.Routes {
+	for _, k := range scenario.RouteNames {
 		if seen[k] {
 			out = append(out, k)
 			delete(seen, k)

@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/plan"
-	"github.com/m2n-project/m2n/plan/ir"
 )
 
 // chains builds a synthetic schedule of n transfers: pairs of ranks (2p,

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/model/units"
-	"github.com/m2n-project/m2n/plan/ir"
 )
 
 // Options tune a simulation.

@@ -8,8 +8,8 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/units"
-	"github.com/m2n-project/m2n/plan/ir"
 )
 
 // WriteTrace writes the timeline of a simulation (run with

@@ -9,9 +9,9 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/model/units"
-	"github.com/m2n-project/m2n/plan/ir"
 )
 
 // legacySolver shares the resources among the active flows: the legacyEngine's view of

@@ -5,15 +5,15 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/model/units"
-	"github.com/m2n-project/m2n/plan/ir"
-	"github.com/m2n-project/m2n/plan/program"
+	"github.com/m2n-project/m2n/program"
 )
 
 // Exec says how m2n's GPU executor runs the schedule, for the executor
 // model: a topology with measured executor costs (topo.Executor) makes the
-// simulator run the executor's program of the schedule (plan/program)
+// simulator run the executor's program of the schedule (program)
 // instead of the schedule's ops alone. Its zero value is the executor's
 // default: one process, NCCL transfers between GPUs, device copies in
 // loopback.

@@ -4,11 +4,11 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/model/units"
 	"github.com/m2n-project/m2n/plan"
-	"github.com/m2n-project/m2n/plan/ir"
 )
 
 // pingPong is w transfers of n bytes between ranks 0 and 1 (GPUs 0 and 1,

@@ -17,7 +17,7 @@ import (
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/model/units"
 	"github.com/m2n-project/m2n/native"
-	"github.com/m2n-project/m2n/plan/program"
+	"github.com/m2n-project/m2n/program"
 )
 
 func runCalibrate(ctx context.Context, e *env, args []string) error {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/m2n-project/m2n/plan/ir"
+	"github.com/m2n-project/m2n/ir"
 )
 
 // "-" writes an output file to stdout, alone: no table after it, and not

@@ -2,16 +2,18 @@ package main
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"runtime/debug"
 
+	"github.com/m2n-project/m2n/hostexec"
+	"github.com/m2n-project/m2n/ir"
+	"github.com/m2n-project/m2n/model/scenario"
 	"github.com/m2n-project/m2n/model/units"
 	"github.com/m2n-project/m2n/plan"
-	"github.com/m2n-project/m2n/plan/hostexec"
-	"github.com/m2n-project/m2n/plan/ir"
 	"github.com/m2n-project/m2n/reports"
 )
 
@@ -74,7 +76,7 @@ of each route; print a summary of both.`)
 				return fmt.Errorf("point %s, tensor %s: %w", p.Label(), t.Name, err)
 			}
 			r.Dst.DType = t.Dst.DType // shown as asked: fp8_e4m3 where quantized
-			out.Tensors = append(out.Tensors, reports.NewPlanTensor(p, t.Name, r))
+			out.Tensors = append(out.Tensors, planTensor(p, t.Name, r))
 		}
 		routes, err := sel.routesOf(p)
 		if err != nil {
@@ -170,4 +172,19 @@ func checkSchedule(rec *reports.PlanRoute, s *ir.Schedule) (firstWrong string, e
 	ok := res.Wrong == 0
 	rec.Verified, rec.CheckedBytes, rec.WrongBytes = &ok, &res.Bytes, &res.Wrong
 	return res.FirstWrong, nil
+}
+
+// planTensor summarizes the regions of one tensor at a point (here, not in
+// reports, which never imports the planner).
+func planTensor(p *scenario.Point, tensor string, r *plan.Regions) reports.PlanTensor {
+	st := r.Stats()
+	d := r.Digest()
+	return reports.PlanTensor{
+		Point: p.Map(), Tensor: tensor, Src: r.Src.String(), Dst: r.Dst.String(),
+		UniqueBytes: st.UniqueBytes, NeedBytesMin: st.NeedMin, NeedBytesMax: st.NeedMax,
+		Regions: st.Contributions, Transfers: st.Transfers, LocalCopies: st.LocalCopies,
+		TransferBytes: st.TransferBytes, LocalBytes: st.LocalBytes,
+		EgressBytesMin: st.EgressMin, EgressBytesMax: st.EgressMax,
+		Digest: hex.EncodeToString(d[:]), Label: p.Label(),
+	}
 }

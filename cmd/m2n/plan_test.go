@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/m2n-project/m2n/plan/hostexec"
-	"github.com/m2n-project/m2n/plan/ir"
+	"github.com/m2n-project/m2n/hostexec"
+	"github.com/m2n-project/m2n/ir"
 )
 
 // plan --check prints each schedule's row when its check ends: when a

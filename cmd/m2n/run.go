@@ -12,11 +12,11 @@ import (
 	"time"
 
 	"github.com/m2n-project/m2n/evaluate"
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/scenario"
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/model/units"
 	"github.com/m2n-project/m2n/native"
-	"github.com/m2n-project/m2n/plan/ir"
 	"github.com/m2n-project/m2n/reports"
 	"github.com/m2n-project/m2n/sim"
 )

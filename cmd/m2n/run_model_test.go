@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/units"
 	"github.com/m2n-project/m2n/native"
-	"github.com/m2n-project/m2n/plan/ir"
 )
 
 // fakeGPU replaces the executor with one that reports a verified run of

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/native"
-	"github.com/m2n-project/m2n/plan/ir"
 )
 
 // A lost peer ends `m2n run --backend nccl` after one timeout: the routes

@@ -5,10 +5,10 @@ import (
 	"strings"
 
 	"github.com/m2n-project/m2n/evaluate"
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/scenario"
 	"github.com/m2n-project/m2n/model/units"
 	"github.com/m2n-project/m2n/plan"
-	"github.com/m2n-project/m2n/plan/ir"
 )
 
 // selection is the flags that pick what to plan: routes, sweep points,

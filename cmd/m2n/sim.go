@@ -8,9 +8,9 @@ import (
 	"strings"
 
 	"github.com/m2n-project/m2n/evaluate"
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/scenario"
 	"github.com/m2n-project/m2n/model/topo"
-	"github.com/m2n-project/m2n/plan/ir"
 	"github.com/m2n-project/m2n/reports"
 	"github.com/m2n-project/m2n/sim"
 )

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/m2n-project/m2n/hostexec"
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/units"
-	"github.com/m2n-project/m2n/plan/hostexec"
-	"github.com/m2n-project/m2n/plan/ir"
 	"github.com/m2n-project/m2n/reports"
 )
 

@@ -1,7 +1,7 @@
 // Package datadriven runs test scripts kept as data, the way etcd's raft
 // keeps its tests: a file of cases, each a command line, input lines, a
 // "----" line and the output the command must print, ending at a blank
-// line. `go test -rewrite` writes the outputs the code prints now back into
+// line. `go test -update` writes the outputs the code prints now back into
 // the files, to be reviewed as a diff.
 //
 //	# a comment
@@ -22,7 +22,7 @@ import (
 	"testing"
 )
 
-var rewrite = flag.Bool("rewrite", false, "rewrite the expected outputs of testdata/*.txt scripts with what the code prints now")
+var update = flag.Bool("update", false, "rewrite the expected outputs of testdata/*.txt scripts with what the code prints now")
 
 // Case is one case of a script.
 type Case struct {
@@ -47,7 +47,7 @@ type parsed struct {
 }
 
 // RunFile runs every case of a script through f, which returns what the
-// case prints, and compares it with the expected output; with -rewrite it
+// case prints, and compares it with the expected output; with -update it
 // writes the outputs into the file instead.
 func RunFile(t *testing.T, path string, f func(t *testing.T, c *Case) string) {
 	t.Helper()
@@ -74,12 +74,12 @@ func RunFile(t *testing.T, path string, f func(t *testing.T, c *Case) string) {
 					t.Fatalf("the output has a blank line, which would end the case:\n%s", out)
 				}
 			}
-			if !*rewrite && strings.Join(got[i], "\n") != strings.Join(pc.want, "\n") {
-				t.Errorf("%s: output differs (go test -rewrite writes it; review the diff)\n--- got ---\n%s\n--- want ---\n%s", pc.c.Pos, out, strings.Join(pc.want, "\n"))
+			if !*update && strings.Join(got[i], "\n") != strings.Join(pc.want, "\n") {
+				t.Errorf("%s: output differs (go test -update writes it; review the diff)\n--- got ---\n%s\n--- want ---\n%s", pc.c.Pos, out, strings.Join(pc.want, "\n"))
 			}
 		})
 	}
-	if !*rewrite {
+	if !*update {
 		return
 	}
 	var out []string

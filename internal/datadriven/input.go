@@ -5,9 +5,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/model/topo"
-	"github.com/m2n-project/m2n/plan/ir"
 )
 
 // Tensors reads the tensors and the topology of a case's input:

@@ -22,13 +22,33 @@ type pkg struct {
 
 // pure lists the packages that must build without cgo and never reach
 // native: a path, or a prefix ending in "/...".
-var pure = []string{"model/...", "plan", "plan/...", "sim", "evaluate", "reports", "calibrate"}
+var pure = []string{"model/...", "ir", "program", "hostexec", "plan", "plan/...", "sim", "evaluate", "reports", "calibrate"}
+
+// reads lists, for the packages whose reach is bounded, every package of
+// the module they may reach (transitively; a prefix ending in "/..."):
+// the simulator reads the Schedule IR, the executor's program of it and
+// the models, never the planner; the IR and the host executor read the
+// models; the program reads the IR.
+var reads = map[string][]string{
+	"sim":      {"ir", "program", "model/..."},
+	"ir":       {"model/..."},
+	"program":  {"ir", "model/..."},
+	"hostexec": {"ir", "model/..."},
+}
+
+// notImports lists packages a package must not import directly: reports
+// prints records, it does not plan (it reaches the planner only through
+// evaluate, which fills the records).
+var notImports = map[string][]string{
+	"reports": {"plan"},
+}
 
 func rel(path string) string { return strings.TrimPrefix(strings.TrimPrefix(path, module), "/") }
 
-func isPure(path string) bool {
-	r := rel(path)
-	for _, p := range pure {
+// matches reports whether a module-relative path is one of the list's
+// paths or under one of its "/..." prefixes.
+func matches(r string, list []string) bool {
+	for _, p := range list {
 		if base, ok := strings.CutSuffix(p, "/..."); ok {
 			if strings.HasPrefix(r, base+"/") {
 				return true
@@ -39,6 +59,8 @@ func isPure(path string) bool {
 	}
 	return false
 }
+
+func isPure(path string) bool { return matches(rel(path), pure) }
 
 // violations lists every broken rule among the module's packages.
 func violations(pkgs []pkg) []string {
@@ -52,14 +74,20 @@ func violations(pkgs []pkg) []string {
 			out = append(out, fmt.Sprintf("%s uses cgo (%s): only native may", r, strings.Join(p.CgoFiles, ", ")))
 		}
 		for _, d := range p.Deps {
+			if !strings.HasPrefix(d, module) {
+				continue
+			}
 			dr := rel(d)
-			switch {
-			case isPure(p.ImportPath) && strings.HasPrefix(d, module) && (dr == "native" || strings.HasPrefix(dr, "native/")):
+			if isPure(p.ImportPath) && (dr == "native" || strings.HasPrefix(dr, "native/")) {
 				out = append(out, fmt.Sprintf("%s reaches native: the pure core never touches a device", r))
-			case (r == "sim" || r == "plan/ir" || r == "plan/program") && strings.HasPrefix(d, module) && (dr == "plan" || strings.HasPrefix(dr, "plan/") && dr != "plan/ir" && dr != "plan/program"):
-				out = append(out, fmt.Sprintf("%s reaches the planner (%s): it reads the Schedule IR (plan/ir) and the executor's program of it (plan/program) only", r, dr))
-			case r == "plan/ir" && dr == "plan/program":
-				out = append(out, fmt.Sprintf("%s reaches %s: the program is computed from the IR, not the other way", r, dr))
+			}
+			if allowed, ok := reads[r]; ok && !matches(dr, allowed) {
+				out = append(out, fmt.Sprintf("%s reaches %s: it may reach only %s", r, dr, strings.Join(allowed, ", ")))
+			}
+		}
+		for _, d := range p.Imports {
+			if dr := rel(d); strings.HasPrefix(d, module) && matches(dr, notImports[r]) {
+				out = append(out, fmt.Sprintf("%s imports %s: it must not", r, dr))
 			}
 		}
 	}
@@ -97,7 +125,7 @@ func TestImportRules(t *testing.T) {
 	for _, p := range pkgs {
 		seen[rel(p.ImportPath)] = true
 	}
-	for _, want := range []string{"native", "sim", "plan", "plan/ir", "evaluate", "reports", "model/topo"} {
+	for _, want := range []string{"native", "sim", "plan", "ir", "program", "hostexec", "evaluate", "reports", "model/topo"} {
 		if !seen[want] {
 			t.Fatalf("go list did not list %s: the check would check nothing", want)
 		}
@@ -117,11 +145,14 @@ func TestViolations(t *testing.T) {
 	}{
 		{"pure reaches native", []pkg{{ImportPath: m("reports"), Deps: []string{m("evaluate"), m("native")}}}, "reports reaches native"},
 		{"model reaches native", []pkg{{ImportPath: m("model/topo"), Deps: []string{m("native")}}}, "model/topo reaches native"},
-		{"sim imports the planner", []pkg{{ImportPath: m("sim"), Deps: []string{m("plan/ir"), m("plan")}}}, "sim reaches the planner (plan)"},
-		{"sim imports the host executor", []pkg{{ImportPath: m("sim"), Deps: []string{m("plan/hostexec")}}}, "sim reaches the planner (plan/hostexec)"},
-		{"the IR imports the planner", []pkg{{ImportPath: m("plan/ir"), Deps: []string{m("plan")}}}, "plan/ir reaches the planner"},
-		{"the IR imports the program", []pkg{{ImportPath: m("plan/ir"), Deps: []string{m("plan/program")}}}, "plan/ir reaches plan/program"},
-		{"the program imports the planner", []pkg{{ImportPath: m("plan/program"), Deps: []string{m("plan/ir"), m("plan")}}}, "plan/program reaches the planner (plan)"},
+		{"sim imports the planner", []pkg{{ImportPath: m("sim"), Deps: []string{m("ir"), m("plan")}}}, "sim reaches plan"},
+		{"sim imports the host executor", []pkg{{ImportPath: m("sim"), Deps: []string{m("hostexec")}}}, "sim reaches hostexec"},
+		{"sim imports evaluate", []pkg{{ImportPath: m("sim"), Deps: []string{m("evaluate")}}}, "sim reaches evaluate"},
+		{"the IR imports the planner", []pkg{{ImportPath: m("ir"), Deps: []string{m("plan")}}}, "ir reaches plan"},
+		{"the IR imports the program", []pkg{{ImportPath: m("ir"), Deps: []string{m("program")}}}, "ir reaches program"},
+		{"the program imports the planner", []pkg{{ImportPath: m("program"), Deps: []string{m("ir"), m("plan")}}}, "program reaches plan"},
+		{"the host executor imports the program", []pkg{{ImportPath: m("hostexec"), Deps: []string{m("program")}}}, "hostexec reaches program"},
+		{"reports imports the planner", []pkg{{ImportPath: m("reports"), Imports: []string{m("plan")}, Deps: []string{m("plan")}}}, "reports imports plan"},
 		{"cgo outside native", []pkg{{ImportPath: m("sim"), CgoFiles: []string{"fast.go"}}}, "sim uses cgo (fast.go)"},
 	} {
 		got := violations(tc.pkgs)
@@ -130,8 +161,9 @@ func TestViolations(t *testing.T) {
 		}
 	}
 	ok := []pkg{
-		{ImportPath: m("sim"), Deps: []string{m("plan/ir"), m("model/topo")}},
-		{ImportPath: m("native"), Deps: []string{m("plan/ir")}, CgoFiles: []string{"cuda_cgo.go"}},
+		{ImportPath: m("sim"), Deps: []string{m("ir"), m("program"), m("model/topo")}},
+		{ImportPath: m("native"), Deps: []string{m("ir")}, CgoFiles: []string{"cuda_cgo.go"}},
+		{ImportPath: m("reports"), Imports: []string{m("evaluate")}, Deps: []string{m("evaluate"), m("plan")}},
 		{ImportPath: m("cmd/m2n"), Deps: []string{m("native"), m("plan"), m("sim")}},
 		{ImportPath: m("evaluate"), Deps: []string{m("plan"), m("sim")}},
 	}

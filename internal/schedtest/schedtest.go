@@ -9,10 +9,10 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/plan"
-	"github.com/m2n-project/m2n/plan/ir"
 )
 
 // Layout draws a layout of shape over some of ranks: a mesh of one or two

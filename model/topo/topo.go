@@ -237,7 +237,7 @@ func (l Launch) String() string {
 // calibrate` measures it (docs/calibration.md). All zero — every preset
 // from the literature — means the simulator models the network alone, as
 // the paper does; set, it simulates the executor's program of the schedule
-// (plan/program): its streams, NCCL groups and merged transfers, and these
+// (program): its streams, NCCL groups and merged transfers, and these
 // costs.
 type Executor struct {
 	// Pack efficiencies: the rate of a pack, unpack or box copy as a

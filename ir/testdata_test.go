@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/m2n-project/m2n/plan/hostexec"
-	"github.com/m2n-project/m2n/plan/ir"
+	"github.com/m2n-project/m2n/hostexec"
+	"github.com/m2n-project/m2n/ir"
 )
 
 // TestDocuments reads the hand-written schedules of testdata/, one rule of

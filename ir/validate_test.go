@@ -9,11 +9,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/m2n-project/m2n/hostexec"
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/plan"
-	"github.com/m2n-project/m2n/plan/hostexec"
-	"github.com/m2n-project/m2n/plan/ir"
 )
 
 // small builds a valid schedule with packs, unpacks, staging and several

@@ -3,7 +3,7 @@ package program
 import (
 	"slices"
 
-	"github.com/m2n-project/m2n/plan/ir"
+	"github.com/m2n-project/m2n/ir"
 )
 
 // MaxBatch is the most local ops one batch step holds.

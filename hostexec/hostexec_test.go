@@ -6,8 +6,8 @@ import (
 	"math"
 	"testing"
 
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/layout"
-	"github.com/m2n-project/m2n/plan/ir"
 )
 
 // A schedule over the limit is refused before anything is allocated, with

@@ -11,7 +11,7 @@ import (
 	"math"
 	"slices"
 
-	"github.com/m2n-project/m2n/plan/ir"
+	"github.com/m2n-project/m2n/ir"
 )
 
 // A Program is the order in which the host issues a schedule's ops to the

@@ -17,9 +17,9 @@ import (
 	"math/rand/v2"
 	"sync"
 
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/model/units"
-	"github.com/m2n-project/m2n/plan/ir"
 )
 
 // DefaultMaxBytes bounds the host memory a run may allocate.

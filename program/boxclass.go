@@ -1,6 +1,6 @@
 package program
 
-import "github.com/m2n-project/m2n/plan/ir"
+import "github.com/m2n-project/m2n/ir"
 
 // BoxClass is the kind of kernel the executor copies a box with, which sets
 // its rate (docs/native.md, "Box copy"): the executor's box-copy planner
