@@ -5,22 +5,11 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strings"
 
 	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/model/topo"
 )
-
-// Route names.
-const (
-	Flat         = "flat"
-	AGBcast      = "agbcast"
-	Hierarchical = "hierarchical"
-)
-
-// Routes lists every route, in the order reports show them.
-var Routes = []string{Flat, AGBcast, Hierarchical, NemoLegacy}
 
 // DefaultChunkBytes is the default pipelining chunk: large enough that a
 // 10 us network op latency costs under 12% of a chunk's 87 us at 48 GB/s,
@@ -69,12 +58,9 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 	if opt.StagingCapBytes < 0 {
 		return nil, fmt.Errorf("staging cap %d: must be positive, or 0 for none", opt.StagingCapBytes)
 	}
-	known := false
-	for _, r := range Routes {
-		known = known || r == opt.Route
-	}
-	if !known {
-		return nil, fmt.Errorf("unknown route %q (known: %s)", opt.Route, strings.Join(Routes, ", "))
+	rt, err := lookup(opt.Route)
+	if err != nil {
+		return nil, err
 	}
 	if len(tensors) == 0 {
 		return nil, errors.New("no tensors to move")
@@ -83,7 +69,8 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 		return nil, fmt.Errorf("topology: %w", err)
 	}
 	b := newBuilder(tp, opt)
-	sched, moved, site, entries, err := expand(tensors, opt.Route)
+	b.route, b.gathers = rt.builder(b), rt.gathers()
+	sched, moved, site, entries, err := expand(tensors, rt)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +114,7 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 				need, what = n, "a rank's shard is"
 			}
 		}
-		if opt.Route == AGBcast || opt.Route == NemoLegacy {
+		if rt.gathers() {
 			need, what = t.Src.Bytes(), "route "+opt.Route+" gathers the whole tensor on one rank,"
 		}
 		if need > ir.MaxBufferBytes {
@@ -141,7 +128,7 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 		if b.regions[ti] == nil {
 			continue
 		}
-		b.min[ti] = b.minOps(ti, opt.MaxOps-ops)
+		b.min[ti] = b.route.minOps(ti, opt.MaxOps-ops)
 		if ops = addSat(ops, b.min[ti]); ops > opt.MaxOps {
 			return nil, &OpsLimitError{Route: opt.Route, Ops: ops, Limit: opt.MaxOps, Chunk: opt.ChunkBytes}
 		}
@@ -151,22 +138,16 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 		return nil, &MemoryLimitError{Route: opt.Route, Ops: ops, Bytes: satMul(ops, OpBytes), Limit: opt.MaxMemoryBytes, Chunk: opt.ChunkBytes}
 	}
 	b.maxOps = opt.MaxOps
-	// agbcast and nemo-legacy: the ops, counted from the geometry, so the
-	// op pool is allocated once.
+	// Where the route counts its ops from the geometry (agbcast,
+	// nemo-legacy), the op pool is allocated once.
 	size := ops
-	if opt.Route == AGBcast || opt.Route == NemoLegacy {
-		size = 0
-		for ti := range tensors {
-			switch {
-			case b.regions[ti] == nil:
-			case opt.Route == AGBcast:
-				size += b.agbcastOps(ti)
-			default:
-				size += b.legacyOps(ti)
-			}
+	var counted int64
+	for ti := range tensors {
+		if b.regions[ti] != nil {
+			counted += b.route.count(ti)
 		}
-		size = max(size, ops)
 	}
+	size = max(size, counted)
 	// make, not slices.Grow: its append clears the new capacity, faulting
 	// in memory the runtime hands out zeroed already. At most
 	// maxPrealloc up front: past it the pools grow as ops come.
@@ -228,15 +209,10 @@ func (b *builder) build(tensors []ir.Tensor, entries map[int]entry) (err error) 
 			continue
 		}
 		b.building = ti
-		switch b.s.Route {
-		case Flat:
-			b.flat(ti)
-		case AGBcast:
-			b.wave(ti, b.agbcast)
-		case Hierarchical:
-			b.hierarchical(ti)
-		case NemoLegacy:
-			b.wave(ti, b.legacy)
+		if b.gathers {
+			b.wave(ti, b.route.emit)
+		} else {
+			b.route.emit(ti)
 		}
 		switch b.site[ti] {
 		case quantAtDest:
@@ -290,9 +266,6 @@ type builder struct {
 	packLast        lane               // packs run in order
 	unpackLast      lane               // unpacks run in order
 	copyLast        lane               // local copies (input to output or gathered copy, no transfer) run in order
-	entered         map[string]int     // hierarchical: contributions entered per replica set
-	led             map[string]int     // hierarchical: leaders chosen per replica group of a domain
-	bcastRoots      rootOrder          // agbcast: broadcast roots in order of appearance
 
 	// Pool growth ([builder.room]): per tensor, the ops minOps counts for
 	// it; their sum over the schedule (minAll) and over the tensors done
@@ -308,8 +281,11 @@ type builder struct {
 	building  int   // the tensor being routed
 	maxOps    int64 // the ops limit: add stops the build past it
 
-	cap   *capper // nil when staging is not capped
-	roots []int   // nemo-legacy's broadcast roots, computed on first use
+	cap *capper // nil when staging is not capped
+	// route builds each tensor's ops; gathers: it gathers whole tensors,
+	// one wave each under a cap.
+	route   routeBuilder
+	gathers bool
 	// rel and part are the boxes sub and intersect return, reused by the
 	// next call: the schedule's pool keeps a copy of each box it stores.
 	rel, part layout.Box
@@ -433,7 +409,6 @@ func newBuilder(tp *topo.Topology, opt Options) *builder {
 		tp:       tp,
 		pairLast: map[int64][2]int32{},
 		qin:      map[int64]quantIn{}, writers: map[int32][]int32{},
-		entered: map[string]int{}, led: map[string]int{}, bcastRoots: rootOrder{},
 	}
 }
 

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"fmt"
 	"sort"
 
 	"github.com/m2n-project/m2n/ir"
@@ -13,7 +14,44 @@ import (
 // broadcast from the stage's root to every generator rank.
 const NemoLegacy = "nemo-legacy"
 
-// legacy builds one tensor of the nemo-legacy route.
+type legacyRoute struct{}
+
+func (legacyRoute) name() string           { return NemoLegacy }
+func (legacyRoute) gathers() bool          { return true }
+func (legacyRoute) quantizesAtEntry() bool { return false }
+func (legacyRoute) builder(b *builder) routeBuilder {
+	return &legacyBuild{builder: b}
+}
+func (legacyRoute) bounder(tensors []ir.Tensor, tp *topo.Topology) routeBounder {
+	return &legacyBound{tp: tp, roots: stageRoots(tensors)}
+}
+
+// legacyBuild builds the nemo-legacy route: the batch's broadcast roots,
+// computed on first use.
+type legacyBuild struct {
+	*builder
+	roots []int
+}
+
+// minOps counts the broadcast and the all-gather: each source rank
+// receives every slot it lacks.
+func (b *legacyBuild) minOps(ti int, _ int64) int64 {
+	r := b.regions[ti]
+	t := &b.mv[ti]
+	elem, cb := b.elem(ti), b.s.ChunkBytes
+	full := layout.Box{Start: make([]int64, len(t.Src.Shape)), Size: t.Src.Shape}
+	var n int64
+	// The broadcast, and the all-gather: each source rank receives
+	// every slot it lacks.
+	n = mulSat(2*int64(len(t.Dst.Mesh.Ranks)-1), ChunkCount(full, elem, cb))
+	for _, sl := range r.SrcSlots {
+		lack := int64(len(t.Src.Mesh.Ranks) - len(sl.Ranks))
+		n = addSat(n, mulSat(2*lack, ChunkCount(sl.Box, elem, cb)))
+	}
+	return n
+}
+
+// emit builds one tensor of the nemo-legacy route.
 //
 //  1. All-gather: every source rank ends with the whole tensor, as NCCL's
 //     ring all-gather over the source mesh (in mesh order) leaves it. Each
@@ -29,7 +67,7 @@ const NemoLegacy = "nemo-legacy"
 //
 // Tensors of different stages have different roots and run concurrently;
 // one stage's tensors follow each other on every pair of ranks.
-func (b *builder) legacy(ti int) {
+func (b *legacyBuild) emit(ti int) {
 	r := b.regions[ti]
 	t := &b.mv[ti]
 	elem := b.elem(ti)
@@ -185,13 +223,13 @@ func (b *builder) legacy(ti int) {
 	}
 }
 
-// legacyOps is the number of ops legacy emits for tensor ti, but for
+// count is the number of ops legacy emits for tensor ti, but for
 // quantize ops and a quantized tensor's spread: each source rank's copy of
 // its block into its gathered copy, the all-gather's transfers (each
 // followed by an unpack where the chunk is strided in the gathered copy),
 // the broadcast's transfers, and the keeps of the root and of each ring
 // rank that needs less than the whole tensor.
-func (b *builder) legacyOps(ti int) int64 {
+func (b *legacyBuild) count(ti int) int64 {
 	r := b.regions[ti]
 	t := &b.mv[ti]
 	elem := b.elem(ti)
@@ -269,7 +307,7 @@ func ringSegments(sl Slot, pos map[int]int, n int) []ringSegment {
 
 // legacyRoots returns the distinct roots (first source ranks) of the
 // schedule's tensors, ascending, computed once.
-func (b *builder) legacyRoots() []int {
+func (b *legacyBuild) legacyRoots() []int {
 	if b.roots == nil {
 		b.roots = stageRoots(b.mv)
 	}
@@ -362,4 +400,77 @@ func gcd(a, b int) int {
 		a, b = b, a%b
 	}
 	return a
+}
+
+// legacyBound bounds the nemo-legacy route: the port loads of every
+// tensor, and the longest single tensor's all-gather then broadcast.
+type legacyBound struct {
+	tp       *topo.Topology
+	roots    []int
+	best     float64
+	bestTerm string
+}
+
+func (l *legacyBound) add(t *ir.Tensor, r *Regions, move func(a, b int, bytes float64)) {
+	boundLegacy(r, l.roots, l.tp, move, move)
+	if c, term := legacyChain(r, l.roots, l.tp); c > l.best {
+		l.best, l.bestTerm = c, fmt.Sprintf("all-gather then broadcast of %s (%s)", t.Name, term)
+	}
+}
+func (l *legacyBound) chain() (float64, string) { return l.best, l.bestTerm }
+
+// boundLegacy: the all-gather brings every source rank the blocks it lacks,
+// each from its predecessor on the ring of the source mesh (a block passes
+// from each of its holders to the ranks after it, up to the next holder);
+// then the whole tensor passes from the root along its broadcast ring
+// ([legacyRing]). ag and bc receive the two phases' bytes.
+func boundLegacy(r *Regions, roots []int, tp *topo.Topology, ag, bc func(a, b int, bytes float64)) {
+	ring := r.Src.Mesh.Ranks
+	n := len(ring)
+	pos := make(map[int]int, n)
+	for i, rk := range ring {
+		pos[rk] = i
+	}
+	for _, sl := range r.SrcSlots {
+		b := float64(sl.Box.Elems() * r.Elem())
+		for _, sg := range ringSegments(sl, pos, n) {
+			prev := sg.from
+			for _, q := range sg.to {
+				ag(ring[prev], ring[q], b)
+				prev = q
+			}
+		}
+	}
+	root := ring[0]
+	B := float64(r.Src.Bytes())
+	prev := root
+	for _, d := range legacyRing(root, roots, r.Dst.Mesh.Ranks, tp) {
+		bc(prev, d, B)
+		prev = d
+	}
+}
+
+// legacyChain is the bound of one tensor of the nemo-legacy route alone:
+// its broadcast starts once the root has done its part of the all-gather
+// (received what it lacks, forwarded what it must), so the root's
+// all-gather port time and the broadcast's port time add. The route's SOL
+// is the larger of this (over tensors) and the aggregate port bound.
+func legacyChain(r *Regions, roots []int, tp *topo.Topology) (float64, string) {
+	agLoad, ag := mover(tp)
+	bcLoad, bc := mover(tp)
+	boundLegacy(r, roots, tp, ag, bc)
+	root := r.Src.Mesh.Ranks[0]
+	rootLoad := map[int]*[4]float64{}
+	if l, ok := agLoad[root]; ok {
+		rootLoad[root] = l
+	}
+	a, at := maxPort(rootLoad, tp)
+	b, bt := maxPort(bcLoad, tp)
+	switch {
+	case a == 0:
+		return b, bt
+	case b == 0:
+		return a, at
+	}
+	return a + b, at + ", then " + bt
 }

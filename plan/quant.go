@@ -100,7 +100,7 @@ func ScaleName(name string, q layout.Quant) string {
 // quantized tensor followed by its scale tensor), and, per schedule tensor,
 // the tensor as the route moves it (its dtype on the wire) and where it is
 // quantized.
-func expand(tensors []ir.Tensor, route string) (sched, moved []ir.Tensor, site []quantSite, entries map[int]entry, err error) {
+func expand(tensors []ir.Tensor, rt route) (sched, moved []ir.Tensor, site []quantSite, entries map[int]entry, err error) {
 	entries = map[int]entry{}
 	for _, t := range tensors {
 		if t.ScaleOf != 0 {
@@ -141,7 +141,7 @@ func expand(tensors []ir.Tensor, route string) (sched, moved []ir.Tensor, site [
 		}
 		mt := t
 		mt.Dst.DType = t.Src.DType
-		if l0, ok := entryLayout(t.Dst, len(entries)); ok && route == Hierarchical {
+		if l0, ok := entryLayout(t.Dst, len(entries)); ok && rt.quantizesAtEntry() {
 			// Gather in the source dtype at one replica set, quantize
 			// there, spread fp8 and scales from it.
 			g := mt
@@ -329,7 +329,7 @@ func (b *builder) spread(ti int, outs []quantOut, e entry) {
 		}
 		b.pre[o.out], b.pre[o.scale] = o.op+1, o.op+1
 	}
-	b.hierarchical(ti)
+	b.route.emit(ti) // a route that quantizes at entry spreads it (hierarchical)
 	// The scale tensor's route: from the same entry replicas.
 	for _, o := range outs {
 		w := b.wi.Pos(o.rank)

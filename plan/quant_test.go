@@ -55,12 +55,12 @@ func TestQuantRoutesExact(t *testing.T) {
 			s2, d2 := randomLayouts(rng)
 			tensors = append(tensors, ir.Tensor{Name: "u", Src: s2, Dst: d2})
 		}
-		_, _, site, _, err := expand(tensors, Flat)
+		_, _, site, _, err := expand(tensors, flatRoute{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		sites[site[0]]++
-		if _, _, hs, _, _ := expand(tensors, Hierarchical); hs[0] == quantAtEntry {
+		if _, _, hs, _, _ := expand(tensors, hierRoute{}); hs[0] == quantAtEntry {
 			sites[quantAtEntry]++
 		}
 		tp := randomTopology(rng)
@@ -187,7 +187,7 @@ func TestQuantBlockCut(t *testing.T) {
 	ts[0].Dst.DType, ts[0].Quant = layout.FP8E4M3, layout.Quant{Scheme: layout.QuantBlock, Block: layout.DefaultBlock}
 	ts[0].Src.Mesh = layout.Mesh{Shape: []int{32}, Ranks: layout.RankRange(0, 32)}
 	ts[0].Src.Placements = []layout.Placement{layout.S(1)}
-	_, _, site, _, err := expand(ts, Flat)
+	_, _, site, _, err := expand(ts, flatRoute{})
 	if err != nil || site[0] != quantAtDest || site[1] != scaleAtDest {
 		t.Fatalf("source cutting blocks: sites %v, %v", site, err)
 	}
