@@ -230,7 +230,7 @@ func HostCounts(b *Bench, launch topo.Launch) (Counts, error) {
 		}
 		return int(r)
 	}
-	p, err := program.Compile(b.Schedule, program.Options{Dev: dev, Lanes: 4, Mode: mode, WaveBytes: b.WaveBytes, Comms: 1, NoBatch: b.NoBatch})
+	p, err := program.Compile(b.Schedule, program.Options{Dev: dev, Lanes: program.DefaultLanes, Mode: mode, WaveBytes: b.WaveBytes, Comms: 1, NoBatch: b.NoBatch})
 	if err != nil {
 		return Counts{}, err
 	}

@@ -10,7 +10,6 @@ import "C"
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -262,10 +261,6 @@ func (g *cudaGPU) barrier(dev int, comm handle, world int) error {
 		return err
 	})
 }
-
-// loopbackComms is how many one-rank communicators the loopback NCCL
-// transport opens (docs/native.md measures it).
-var loopbackComms = envInt("M2N_LOOPBACK_COMMS", 4)
 
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
@@ -907,51 +902,35 @@ func New(s *ir.Schedule, opt Options) (*Executor, error) {
 	if v, err := strconv.Atoi(os.Getenv("M2N_LOCAL_COPY_BLOCKS")); err == nil && opt.LocalCopyBlocks == 0 {
 		opt.LocalCopyBlocks = v // to measure: -1 is a whole-GPU device copy
 	}
+	if opt.Comms == 0 {
+		// how many one-rank communicators loopback's NCCL transport opens
+		// (docs/native.md measures it); 0 is program.DefaultLoopbackComms
+		opt.Comms = envInt("M2N_LOOPBACK_COMMS", 0)
+	}
 	if os.Getenv("M2N_NO_BATCH") == "1" {
 		opt.NoBatch = true // to measure what batch steps buy
 	}
 	if err := s.Validate(); err != nil {
 		return nil, fmt.Errorf("schedule: %w", err)
 	}
-	if opt.Backend == NCCL && (opt.Transport == "" || opt.Transport == TransportAuto) {
+	auto := func() string {
 		if err := loadCUDA(); err != nil {
-			return nil, err
+			return TransportNCCL // New fails on the same error below
 		}
-		opt.Transport = autoTransport(s, opt.Launch)
+		return autoTransport(s, opt.Launch)
 	}
-	if opt.Graph && opt.Transport == TransportNCCL {
-		// On two H200s with NCCL 2.28, capturing NCCL send/recv of two GPUs
-		// in one process failed and then hung in ncclCommDestroy; with one
-		// process per GPU, and on one GPU (loopback self send/recv), the
-		// captured iteration never finished (docs/native.md). Refuse rather
-		// than hang. Groups cost the host about 8 us each with one process
-		// per GPU, so graphs buy little there.
-		if opt.GraphStrict {
-			return nil, errors.New("CUDA graphs of NCCL send/recv are not supported (on H200s with NCCL 2.28 the capture failed or hung); run with --graph=false, or with --transport copy")
-		}
-		opt.Graph = false
+	if err := opt.settings(auto); err != nil {
+		return nil, err
 	}
 	devOf, peerOf := map[int32]int{}, map[int32]int{}
 	var devs []int
 	switch opt.Backend {
 	case Loopback:
-		if opt.Transport == "" {
-			opt.Transport = TransportCopy
-		}
-		if opt.Transport != TransportCopy && opt.Transport != TransportNCCL {
-			return nil, fmt.Errorf("transport %q: want %s or %s", opt.Transport, TransportCopy, TransportNCCL)
-		}
 		for _, r := range s.World {
 			devOf[int32(r.Rank)], peerOf[int32(r.Rank)] = opt.Device, 0
 		}
 		devs = []int{opt.Device}
 	case NCCL:
-		if opt.Transport == "" {
-			opt.Transport = TransportNCCL
-		}
-		if opt.Transport != TransportCopy && opt.Transport != TransportNCCL {
-			return nil, fmt.Errorf("transport %q: want %s or %s", opt.Transport, TransportNCCL, TransportCopy)
-		}
 		if opt.Transport == TransportCopy && opt.Launch != nil {
 			if err := ipcEligible(s); err != nil {
 				return nil, err
@@ -1054,7 +1033,7 @@ func (g *cudaGPU) initNCCL(opt Options, devs []int, comms map[int][]handle) erro
 		// run their queues concurrently.
 		sets := 1
 		if opt.Backend == Loopback {
-			sets = loopbackComms
+			sets = opt.Comms
 		}
 		cd := make([]C.int, len(devs))
 		for i, d := range devs {

@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/m2n-project/m2n/ir"
+	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/model/units"
 	"github.com/m2n-project/m2n/program"
 )
@@ -26,35 +27,29 @@ const (
 	NCCL = "nccl"
 )
 
-// Transports.
+// Transports (program.Settings): device copies, NCCL send/recv, or
+// TransportAuto (the nccl backend's default): device copies between GPUs
+// that share NVLink in one host (peer copies in one process, CUDA IPC with
+// one process per GPU, where the schedule allows it), NCCL where copies
+// cannot reach. Result.Transport says which ran.
 const (
-	TransportCopy = "copy"
-	TransportNCCL = "nccl"
-	// TransportAuto (the nccl backend's default): device copies between
-	// GPUs that share NVLink in one host (peer copies in one process, CUDA
-	// IPC with one process per GPU, where the schedule allows it), NCCL
-	// where copies cannot reach. Result.Transport says which ran.
-	TransportAuto = "auto"
+	TransportCopy = program.TransportCopy
+	TransportNCCL = program.TransportNCCL
+	TransportAuto = program.TransportAuto
 )
 
 // Options configure an executor.
 type Options struct {
-	Backend   string // Loopback or NCCL
-	Transport string // loopback: TransportCopy (default) or TransportNCCL; nccl: TransportAuto (default), TransportNCCL or TransportCopy
-	Device    int    // loopback: the GPU to use
-	Lanes     int    // streams per device for local ops and copies; 0 means 4
-	Graph     bool   // capture each iteration as a CUDA graph and replay it (copy transport)
-	// GraphStrict: Graph was asked for, and a transport that cannot
-	// replay graphs (NCCL) is an error rather than a run without them.
-	GraphStrict bool
-	Warmup      int           // untimed iterations before the timed ones
-	Iters       int           // timed iterations; 0 means 5
-	Timeout     time.Duration // nccl: how long to wait for a peer or an operation; 0 means 5 minutes
-	Launch      *LaunchEnv    // nccl: the launcher's rank, world and rendezvous; nil for one process over all local GPUs
-	// WaveBytes caps the bytes one ordered pair of ranks carries in one NCCL
-	// group when transfers pipeline through several groups (waves mode):
-	// 0 chooses it from the schedule, a negative value never cuts.
-	WaveBytes int64
+	Backend string // Loopback or NCCL
+	// Settings are the executor's: transport, lanes, wave bytes, graphs,
+	// batching (program.Settings; New resolves them, its Loopback and
+	// Launch from Backend and Launch here).
+	program.Settings
+	Device  int           // loopback: the GPU to use
+	Warmup  int           // untimed iterations before the timed ones
+	Iters   int           // timed iterations; 0 means 5
+	Timeout time.Duration // nccl: how long to wait for a peer or an operation; 0 means 5 minutes
+	Launch  *LaunchEnv    // nccl: the launcher's rank, world and rendezvous; nil for one process over all local GPUs
 	// LocalCopyBlocks is how many thread blocks at most the contiguous
 	// local copies of waves mode (a colocated rank's own shard) run on, so
 	// they share the GPU with the NCCL kernel instead of holding every SM
@@ -62,12 +57,36 @@ type Options struct {
 	// best of 16, 64 and a whole-GPU copy on paper-2gpu, docs/native.md), a
 	// negative value a whole-GPU device copy.
 	LocalCopyBlocks int
-	// NoBatch launches every local op on its own instead of in batch
-	// steps (M2N_NO_BATCH=1 sets it, to measure what batching buys).
-	NoBatch bool
 	// Profile records, in every timed iteration, when each stream of this
 	// process finished its work (Result.StreamEnds): where the time goes.
 	Profile bool
+}
+
+// settings resolves opt's executor settings (program.Settings.Resolve),
+// their Loopback and Launch from Backend and Launch; auto, where it is
+// left, becomes what resolve returns (the machine's choice, New's).
+func (opt *Options) settings(auto func() string) error {
+	switch opt.Backend {
+	case Loopback, NCCL:
+	default:
+		return fmt.Errorf("backend %q: want %s or %s", opt.Backend, Loopback, NCCL)
+	}
+	set := opt.Settings
+	set.Loopback = opt.Backend == Loopback
+	set.Launch = topo.OneProcess
+	if opt.Launch != nil {
+		set.Launch = topo.PerGPU
+	}
+	set, err := set.Resolve()
+	if err == nil && set.Transport == TransportAuto {
+		set.Transport = auto()
+		set, err = set.Resolve()
+	}
+	if err != nil {
+		return err
+	}
+	opt.Settings = set
+	return nil
 }
 
 // StreamEnd is when one stream finished its part of an iteration: the
@@ -220,8 +239,8 @@ type Executor struct {
 // newExecutor prepares a schedule on a device layer: maps ranks to devices,
 // checks and allocates memory, and compiles the program.
 func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf map[int32]int, comms map[int][]handle) (*Executor, error) {
-	if opt.Lanes <= 0 {
-		opt.Lanes = 4
+	if err := opt.settings(func() string { return TransportNCCL }); err != nil {
+		return nil, err
 	}
 	if opt.Iters <= 0 {
 		opt.Iters = 5
@@ -231,9 +250,6 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 	}
 	x := &Executor{s: s, g: g, opt: opt, devOf: devOf, peerOf: peerOf, comms: comms,
 		arena: map[int]uint64{}, origin: map[int]handle{}, startEv: map[int]handle{}, descMem: map[int]uint64{}}
-	if opt.Transport == "" && opt.Backend == NCCL {
-		x.opt.Transport = TransportNCCL
-	}
 	if x.opt.Transport == TransportNCCL {
 		x.mode = program.Waves
 	}

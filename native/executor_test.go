@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/m2n-project/m2n/ir"
+	"github.com/m2n-project/m2n/program"
 )
 
 func runFake(t *testing.T, s *ir.Schedule, opt Options, devices int, seed uint64) *Result {
@@ -64,11 +65,11 @@ func TestExecutorOnFake(t *testing.T) {
 			shared++
 		}
 		for _, opt := range []Options{
-			{Backend: Loopback, Transport: TransportCopy, Lanes: 1 + rng.IntN(4), Iters: 1},
-			{Backend: Loopback, Transport: TransportNCCL, Lanes: 1 + rng.IntN(4), Iters: 1},
-			{Backend: NCCL, Lanes: 1 + rng.IntN(4), Iters: 1},
-			{Backend: NCCL, Transport: TransportCopy, Lanes: 1 + rng.IntN(4), Iters: 1},
-			{Backend: NCCL, Lanes: 1 + rng.IntN(4), Iters: 1, WaveBytes: 1 + rng.Int64N(64)},
+			{Backend: Loopback, Settings: program.Settings{Transport: TransportCopy, Lanes: 1 + rng.IntN(4)}, Iters: 1},
+			{Backend: Loopback, Settings: program.Settings{Transport: TransportNCCL, Lanes: 1 + rng.IntN(4)}, Iters: 1},
+			{Backend: NCCL, Settings: program.Settings{Lanes: 1 + rng.IntN(4)}, Iters: 1},
+			{Backend: NCCL, Settings: program.Settings{Transport: TransportCopy, Lanes: 1 + rng.IntN(4)}, Iters: 1},
+			{Backend: NCCL, Settings: program.Settings{Lanes: 1 + rng.IntN(4), WaveBytes: 1 + rng.Int64N(64)}, Iters: 1},
 		} {
 			devices := 1
 			if opt.Backend == NCCL {
@@ -102,9 +103,9 @@ func reusesStaging(s *ir.Schedule) bool {
 // result depends on the schedule's dependencies, not on luck.
 func TestExecutorNeedsDependencies(t *testing.T) {
 	for _, opt := range []Options{
-		{Backend: Loopback, Lanes: 4, Iters: 1},
-		{Backend: NCCL, Lanes: 4, Iters: 1},                 // NCCL groups
-		{Backend: NCCL, Transport: TransportCopy, Iters: 1}, // peer copies
+		{Backend: Loopback, Settings: program.Settings{Lanes: 4}, Iters: 1},
+		{Backend: NCCL, Settings: program.Settings{Lanes: 4}, Iters: 1},                 // NCCL groups
+		{Backend: NCCL, Settings: program.Settings{Transport: TransportCopy}, Iters: 1}, // peer copies
 	} {
 		rng := rand.New(rand.NewPCG(33, 34))
 		broken := 0

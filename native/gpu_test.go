@@ -18,6 +18,7 @@ import (
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/model/units"
 	"github.com/m2n-project/m2n/plan"
+	"github.com/m2n-project/m2n/program"
 )
 
 // skipWithoutGPU skips a test where CUDA or a GPU is absent and fails it on
@@ -81,8 +82,8 @@ func TestGPULoopbackRandom(t *testing.T) {
 	for i := range n {
 		s := schedtest.Random(t, rng)
 		for _, opt := range []Options{
-			{Backend: Loopback, Transport: TransportCopy, Lanes: 1 + rng.IntN(4), Iters: 2, Graph: i%2 == 0},
-			{Backend: Loopback, Transport: TransportNCCL, Lanes: 1 + rng.IntN(4), Iters: 2},
+			{Backend: Loopback, Settings: program.Settings{Transport: TransportCopy, Lanes: 1 + rng.IntN(4), Graph: i%2 == 0}, Iters: 2},
+			{Backend: Loopback, Settings: program.Settings{Transport: TransportNCCL, Lanes: 1 + rng.IntN(4)}, Iters: 2},
 		} {
 			runGPU(t, i, s, opt)
 		}
@@ -122,8 +123,8 @@ func TestGPUMultiRandom(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, opt := range []Options{
-			{Backend: NCCL, Iters: 2, WaveBytes: []int64{0, -1, 1 + rng.Int64N(128<<10)}[i%3]},
-			{Backend: NCCL, Transport: TransportCopy, Iters: 2, Graph: i%2 == 0},
+			{Backend: NCCL, Settings: program.Settings{WaveBytes: []int64{0, -1, 1 + rng.Int64N(128<<10)}[i%3]}, Iters: 2},
+			{Backend: NCCL, Settings: program.Settings{Transport: TransportCopy, Graph: i%2 == 0}, Iters: 2},
 		} {
 			runGPU(t, i, s, opt)
 		}
@@ -167,7 +168,7 @@ func TestGPUPaperScaled(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		x, err := New(s, Options{Backend: Loopback, Iters: 3, Graph: true})
+		x, err := New(s, Options{Backend: Loopback, Settings: program.Settings{Graph: true}, Iters: 3})
 		skipWithoutGPU(t, err)
 		res, err := x.Run()
 		x.Close()

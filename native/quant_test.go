@@ -10,6 +10,7 @@ import (
 	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/plan"
+	"github.com/m2n-project/m2n/program"
 )
 
 func TestQuantArgsLayout(t *testing.T) {
@@ -66,8 +67,8 @@ func TestExecutorQuantizeOnFake(t *testing.T) {
 	for i := range 60 {
 		s := quantSchedule(t, rng)
 		for _, opt := range []Options{
-			{Backend: Loopback, Transport: TransportCopy, Lanes: 1 + rng.IntN(4), Iters: 1},
-			{Backend: NCCL, Lanes: 1 + rng.IntN(4), Iters: 1},
+			{Backend: Loopback, Settings: program.Settings{Transport: TransportCopy, Lanes: 1 + rng.IntN(4)}, Iters: 1},
+			{Backend: NCCL, Settings: program.Settings{Lanes: 1 + rng.IntN(4)}, Iters: 1},
 		} {
 			devices := 1
 			if opt.Backend == NCCL {

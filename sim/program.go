@@ -13,32 +13,11 @@ import (
 
 // Exec says how m2n's GPU executor runs the schedule, for the executor
 // model: a topology with measured executor costs (topo.Executor) makes the
-// simulator run the executor's program of the schedule (program)
-// instead of the schedule's ops alone. Its zero value is the executor's
-// default: one process, NCCL transfers between GPUs, device copies in
-// loopback.
-type Exec struct {
-	Launch topo.Launch
-	// Transport: "" for the executor's default, "nccl" (NCCL send/recv in
-	// groups) or "copy" (device copies on streams).
-	Transport string
-	// WaveBytes as the executor's --wave-bytes: > 0 fixes the per-pair
-	// bytes of an NCCL group, 0 lets the executor choose, < 0 leaves
-	// groups uncut.
-	WaveBytes int64
-	// Lanes is the streams per device for local ops and copies; 0 means the
-	// executor's 4.
-	Lanes int
-	// LoopbackComms is the NCCL communicators of loopback (NCCL transport
-	// on one GPU); 0 means the executor's 4.
-	LoopbackComms int
-	// Graph: each iteration is replayed as a CUDA graph (the copy
-	// transport's default), so the host issues nothing op by op.
-	Graph bool
-	// NoBatch: every local op its own launch, as the executor runs with
-	// Options.NoBatch (calibrate's launch and event benches).
-	NoBatch bool
-}
+// simulator run the executor's program of the schedule (program) instead
+// of the schedule's ops alone. It is the executor's own settings type,
+// resolved as the executor resolves it; its Loopback is Options.Loopback,
+// and TransportAuto, which only a machine resolves, is modeled as NCCL.
+type Exec = program.Settings
 
 // modeled is a schedule rewritten as the executor runs it: one op per
 // step of its program (a merged transfer is one send/recv pair), with the
@@ -63,6 +42,15 @@ type modeled struct {
 // model compiles the executor's program of s and rewrites s as it runs.
 func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 	ex := opt.Exec
+	ex.Loopback = opt.Loopback
+	ex, err := ex.Resolve()
+	if err == nil && ex.Transport == program.TransportAuto {
+		ex.Transport = program.TransportNCCL
+		ex, err = ex.Resolve()
+	}
+	if err != nil {
+		return nil, err
+	}
 	x := &tp.Executor
 	costs := x.Costs[ex.Launch]
 	other := topo.OneProcess
@@ -76,10 +64,7 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 	if ex.Graph {
 		costs.HostGroup, costs.HostXfer, costs.HostLaunch, costs.HostEvent = 0, 0, 0, 0
 	}
-	copyT := ex.Transport == "copy" || ex.Transport == "" && opt.Loopback
-	if ex.Transport != "" && ex.Transport != "copy" && ex.Transport != "nccl" {
-		return nil, fmt.Errorf("executor transport %q: want nccl or copy", ex.Transport)
-	}
+	copyT := ex.Transport == program.TransportCopy
 	world := s.WorldMap()
 	dev := func(r int32) int {
 		if opt.Loopback {
@@ -88,16 +73,10 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 		return world[int(r)].GPU
 	}
 	po := program.Options{Dev: dev, Lanes: ex.Lanes, Mode: program.Waves, WaveBytes: ex.WaveBytes, Comms: 1, NoBatch: ex.NoBatch}
-	if po.Lanes == 0 {
-		po.Lanes = 4
-	}
 	if copyT {
 		po.Mode = program.Streams
 	} else if opt.Loopback {
-		po.Comms = ex.LoopbackComms
-		if po.Comms == 0 {
-			po.Comms = 4
-		}
+		po.Comms = ex.Comms
 	}
 	p, err := program.Compile(s, po)
 	if err != nil {

@@ -115,7 +115,7 @@ Run it once in one process, then under torchrun (one process per GPU) with
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		opt := native.Options{Backend: native.Loopback, Transport: b.Transport, Device: dev, Iters: *iters, Warmup: *warmup, Graph: b.Graph, WaveBytes: b.WaveBytes, Timeout: *timeout, NoBatch: b.NoBatch}
+		opt := native.Options{Backend: native.Loopback, Settings: program.Settings{Transport: b.Transport, Graph: b.Graph, WaveBytes: b.WaveBytes, NoBatch: b.NoBatch}, Device: dev, Iters: *iters, Warmup: *warmup, Timeout: *timeout}
 		if b.GPUs > 1 {
 			opt.Backend, opt.Launch, opt.Device = native.NCCL, launch, 0
 		}

@@ -17,8 +17,8 @@ import (
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/model/units"
 	"github.com/m2n-project/m2n/native"
+	"github.com/m2n-project/m2n/program"
 	"github.com/m2n-project/m2n/reports"
-	"github.com/m2n-project/m2n/sim"
 )
 
 // runOf is the record's Run: the executor's result (nil when it did not
@@ -80,7 +80,7 @@ process per GPU under torchrun, srun or mpirun.`)
 	warmup := fs.Int("warmup", 2, "untimed iterations first")
 	graph := fs.Bool("graph", true, "replay each iteration as a CUDA graph (no host launch gaps); copy transport only")
 	waveBytes := fs.String("wave-bytes", "", "NCCL groups: the most bytes one ordered pair carries in a group when transfers pipeline through several (default: chosen from the schedule; \"none\": never cut)")
-	lanes := fs.Int("lanes", 4, "streams per GPU for local ops and copies")
+	lanes := fs.Int("lanes", program.DefaultLanes, "streams per GPU for local ops and copies")
 	timeout := fs.Duration("timeout", 5*time.Minute, "nccl: give up on a peer or an operation after this long")
 	irIn := fs.String("ir", "", "run this schedule IR file instead of a scenario")
 	topoName := fs.String("topology", "", "with --ir: the topology preset for the simulated and SOL columns")
@@ -109,35 +109,40 @@ process per GPU under torchrun, srun or mpirun.`)
 		}
 		wb = int64(b)
 	}
-	switch {
-	case *backend == native.Loopback && *transport != "" && *transport != native.TransportCopy && *transport != native.TransportNCCL:
-		return usagef("--transport %q with --backend loopback: want copy or nccl", *transport)
-	case *backend == native.NCCL && *transport != "" && *transport != native.TransportAuto && *transport != native.TransportCopy && *transport != native.TransportNCCL:
-		return usagef("--transport %q with --backend nccl: want auto, nccl or copy", *transport)
+	if *backend != native.Loopback && *backend != native.NCCL {
+		return usagef("--backend %q: want loopback or nccl", *backend)
 	}
-	opt := native.Options{Backend: *backend, Transport: *transport, Device: *device, Iters: *iters, Warmup: *warmup,
-		Graph: *graph, GraphStrict: graphSet && *graph, Lanes: *lanes, Timeout: *timeout, WaveBytes: wb, Profile: *profile}
-	// CUDA graphs of NCCL send/recv failed or hung (docs/native.md): off by
-	// default with the nccl transport, refused when asked for; with auto,
-	// off where it resolves to NCCL.
-	if *transport == native.TransportNCCL {
-		if graphSet && *graph {
+	// The executor's settings, from the flags, once: the run and its model
+	// resolve the same (program.Settings.Resolve).
+	set := program.Settings{Loopback: *backend == native.Loopback, Transport: *transport, Lanes: *lanes, WaveBytes: wb,
+		Graph: *graph, GraphStrict: graphSet && *graph}
+	set, err = set.Resolve()
+	if se := (*program.SettingError)(nil); errors.As(err, &se) {
+		switch se.Setting {
+		case "transport":
+			return usagef("--transport %q with --backend %s: %s", *transport, *backend, strings.TrimSuffix(se.Want, " on one GPU (loopback)"))
+		case "graph":
 			return usagef("--graph with the nccl transport: CUDA graphs of NCCL send/recv are not supported (docs/native.md); leave --graph out, or use --transport copy")
+		case "lanes":
+			return usagef("--lanes %d: want at least 1", *lanes)
 		}
-		opt.Graph = false
+		return usagef("%v", err)
 	}
+	opt := native.Options{Backend: *backend, Settings: set, Device: *device, Iters: *iters, Warmup: *warmup,
+		Timeout: *timeout, Profile: *profile}
 	if *backend == native.NCCL {
 		l, err := native.DetectLaunchEnv()
 		if err != nil {
 			return err
 		}
 		opt.Launch = l
+		if l != nil {
+			opt.Settings.Launch = topo.PerGPU
+		}
 		if l != nil && l.Rank != 0 {
 			// One process per GPU: rank 0 prints; the others report errors only.
 			e = &env{stdout: io.Discard, stderr: e.stderr}
 		}
-	} else if *backend != native.Loopback {
-		return usagef("--backend %q: want loopback or nccl", *backend)
 	}
 	if err := gpuReady(); err != nil {
 		return err
@@ -169,16 +174,9 @@ process per GPU under torchrun, srun or mpirun.`)
 		return fmt.Errorf("--model: %w", err)
 	}
 	var eopt evaluate.Options
-	eopt.Sim.Exec = sim.Exec{Transport: *transport, WaveBytes: wb, Lanes: *lanes, Graph: opt.Graph}
-	if eopt.Sim.Exec.Transport == "" && *backend == native.NCCL {
-		eopt.Sim.Exec.Transport = native.TransportNCCL
-	}
-	if eopt.Sim.Exec.Transport == native.TransportNCCL {
-		eopt.Sim.Exec.Graph = false
-	}
-	if opt.Launch != nil {
-		eopt.Sim.Exec.Launch = topo.PerGPU
-	}
+	// The model runs the same settings (auto, until the run resolves it,
+	// modeled as NCCL).
+	eopt.Sim.Exec = opt.Settings
 	// The run happens on this machine: its measured rates, latencies and
 	// executor costs, on the scenario's shape (domains, placement).
 	eopt.Machine = measured

@@ -83,9 +83,9 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 			return usagef("--transport %q: want nccl or copy", *transport)
 		}
 		opt.Exec.Transport, opt.Loopback = *transport, *loopback
-		// The copy transport replays each iteration as a CUDA graph, as
-		// m2n run does by default.
-		opt.Exec.Graph = *transport == "copy" || *transport == "" && *loopback
+		// Graphs, as m2n run by default: replayed where the transport
+		// can (copies), dropped with NCCL (program.Settings.Resolve).
+		opt.Exec.Graph = true
 	} else if *transport != "" || *launch != "one-process" {
 		return usagef("--launch and --transport model the executor: they need --model or --executor")
 	}
