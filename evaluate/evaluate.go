@@ -28,10 +28,14 @@ type Record struct {
 	SOL         units.Time // the speed-of-light bound (plan.Bound), line rates
 	SOLTerm     string     // the binding term of the bound, e.g. "network egress of rank 0"
 
-	Modeled    units.Time         // the simulated time
-	ModeledOn  string             // what the simulation ran on: the topology's preset, or the loopback GPU
-	Bottleneck sim.ResourceStat   // the most utilized resource
-	Resources  []sim.ResourceStat // the resources summed by class (sim.ByClass)
+	Modeled   units.Time // the simulated time
+	ModeledOn string     // what the simulation ran on: the topology's preset, or the loopback GPU, and the executor model
+	// ExecutorModel is the launch mode the executor model ran
+	// ("one-process", "per-gpu"); "" where the simulation modeled the
+	// schedule's ops alone.
+	ExecutorModel string
+	Bottleneck    sim.ResourceStat   // the most utilized resource
+	Resources     []sim.ResourceStat // the resources summed by class (sim.ByClass)
 	// ModeledHostIssue is the host's time to issue the schedule in the
 	// executor model (topo.Executor); 0 without one.
 	ModeledHostIssue units.Time
@@ -231,7 +235,8 @@ func Schedule(s *ir.Schedule, tp *topo.Topology, opt Options) (Record, *sim.Resu
 		return rec, nil, fmt.Errorf("simulation: %w", err)
 	}
 	if res.Modeled != nil {
-		rec.ModeledOn += ", executor model " + sopt.Exec.Launch.String()
+		rec.ExecutorModel = sopt.Exec.Launch.String()
+		rec.ModeledOn += ", executor model " + rec.ExecutorModel
 	}
 	rec.Modeled, rec.Flows, rec.Events = res.Makespan, res.Flows, res.Events
 	rec.ModeledHostIssue = res.HostIssue

@@ -3,7 +3,6 @@ package reports
 import (
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/m2n-project/m2n/evaluate"
@@ -92,8 +91,8 @@ func SimJSON(scenario, topology string, rows []Row) any {
 func WriteSimTable(w io.Writer, scenario, topology string, rows []Row, ideal bool) error {
 	mode := "achievable rates, op latencies"
 	for i := range rows {
-		if on := rows[i].ModeledOn; strings.Contains(on, "executor model") {
-			mode = "achievable rates, " + on[strings.Index(on, "executor model"):] + " (docs/calibration.md)"
+		if x := rows[i].ExecutorModel; x != "" {
+			mode = "achievable rates, executor model " + x + " (docs/calibration.md)"
 			break
 		}
 	}
