@@ -11,7 +11,6 @@ package hostexec
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -25,12 +24,10 @@ import (
 // DefaultMaxBytes bounds the host memory a run may allocate.
 const DefaultMaxBytes = 4 << 30
 
-// ErrTooLarge is what a [TooLargeError] is: errors.Is(err, ErrTooLarge)
-// tells a schedule refused for its size from a failed run.
-var ErrTooLarge = errors.New("the schedule's buffers exceed the host executor's limit")
-
 // TooLargeError is the error of a run refused before it allocates
-// anything: the schedule's buffers need more than Options.MaxBytes.
+// anything: the schedule's buffers need more than Options.MaxBytes. It is
+// an [ir.ErrTooLarge]: errors.Is(err, ir.ErrTooLarge) tells a schedule
+// refused for its size from a failed run, here as in the IR's limits.
 type TooLargeError struct {
 	Need, Limit int64 // bytes
 }
@@ -40,7 +37,7 @@ func (e *TooLargeError) Error() string {
 		units.Bytes(e.Need).Human(), units.Bytes(e.Limit).Human())
 }
 
-func (e *TooLargeError) Unwrap() error { return ErrTooLarge }
+func (e *TooLargeError) Unwrap() error { return ir.ErrTooLarge }
 
 // Options configure a run.
 type Options struct {

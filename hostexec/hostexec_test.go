@@ -19,7 +19,7 @@ func TestTooLarge(t *testing.T) {
 	}}
 	_, err := Run(s, Options{})
 	var tl *TooLargeError
-	if !errors.Is(err, ErrTooLarge) || !errors.As(err, &tl) || tl.Need != 5<<30 || tl.Limit != DefaultMaxBytes {
+	if !errors.Is(err, ir.ErrTooLarge) || !errors.As(err, &tl) || tl.Need != 5<<30 || tl.Limit != DefaultMaxBytes {
 		t.Fatalf("got %v (%#v)", err, tl)
 	}
 	if want := "the schedule's buffers need 5.00 GiB, more than the host executor's limit of 4.00 GiB; shrink the tensors (m2n's --scale)"; err.Error() != want {

@@ -51,8 +51,9 @@ const (
 // about 2 GB of JSON).
 const MaxDocumentBytes = int64(4) << 30
 
-// ErrTooLarge is wrapped by the error of a schedule whose buffers exceed
-// MaxBufferBytes or MaxRankBytes.
+// ErrTooLarge is wrapped by the error of a schedule too large: its buffers
+// exceed MaxBufferBytes or MaxRankBytes, or an executor's limit (the host
+// executor's TooLargeError). It is m2n's one such sentinel.
 var ErrTooLarge = errors.New("more than any GPU holds")
 
 // Schedule is a complete reshard plan.
