@@ -297,23 +297,27 @@ func (s *Schedule) UsesArena() bool {
 	return false
 }
 
-// StagingByRank returns the staging memory each rank allocates: its arena
-// (the largest ArenaOffset+Bytes of its arena buffers) plus its other
-// staging buffers. Ranks without staging are absent.
-func (s *Schedule) StagingByRank() map[int]int64 {
-	own, arena := map[int]int64{}, map[int]int64{}
+// ArenaBytes returns each rank's staging arena: the largest
+// ArenaOffset+Bytes of its arena buffers. Ranks without one are absent.
+func (s *Schedule) ArenaBytes() map[int]int64 {
+	arena := map[int]int64{}
 	for i := range s.Buffers {
-		b := &s.Buffers[i]
-		switch {
-		case b.Kind != Staging:
-		case b.InArena:
+		if b := &s.Buffers[i]; b.InArena {
 			arena[b.Rank] = max(arena[b.Rank], b.ArenaOffset+b.Bytes)
-		default:
-			own[b.Rank] += b.Bytes
 		}
 	}
-	for r, n := range arena {
-		own[r] += n
+	return arena
+}
+
+// StagingByRank returns the staging memory each rank allocates: its arena
+// ([Schedule.ArenaBytes]) plus its other staging buffers. Ranks without
+// staging are absent.
+func (s *Schedule) StagingByRank() map[int]int64 {
+	own := s.ArenaBytes()
+	for i := range s.Buffers {
+		if b := &s.Buffers[i]; b.Kind == Staging && !b.InArena {
+			own[b.Rank] += b.Bytes
+		}
 	}
 	return own
 }

@@ -450,13 +450,7 @@ func align(n int64) int64 { return (n + 255) &^ 255 }
 func placement(s *ir.Schedule) (off []int64, rankBytes, rankStaging map[int]int64) {
 	off = make([]int64, len(s.Buffers))
 	rankBytes, rankStaging = map[int]int64{}, map[int]int64{}
-	arena := map[int]int64{}
-	for i := range s.Buffers {
-		if b := &s.Buffers[i]; b.InArena {
-			arena[b.Rank] = max(arena[b.Rank], b.ArenaOffset+b.Bytes)
-		}
-	}
-	for r, n := range arena {
+	for r, n := range s.ArenaBytes() {
 		rankBytes[r] = align(n)
 		rankStaging[r] = align(n)
 	}
