@@ -116,15 +116,7 @@ func Expected(s *ir.Schedule, t int, box layout.Box) []byte {
 	case tt.ScaleOf > 0:
 		w := tt.ScaleOf - 1
 		wt := &s.Tensors[w]
-		br, bc := wt.Quant.Blocks(wt.Src.Shape)
-		wb := box.Clone()
-		nd := len(wb.Size)
-		for k, bs := range [2]int64{br, bc} {
-			d := nd - 2 + k
-			lo := box.Start[d] * bs
-			wb.Start[d], wb.Size[d] = lo, min((box.Start[d]+box.Size[d])*bs, wt.Src.Shape[d])-lo
-		}
-		_, sc := quantized(s, w, wb)
+		_, sc := quantized(s, w, wt.Quant.WeightBox(wt.Src.Shape, box))
 		out := make([]byte, 4*len(sc))
 		for i, f := range sc {
 			binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(f))

@@ -172,14 +172,7 @@ func planQuantCheck(s *ir.Schedule, buf int, addr uint64) (quantCheckArgs, bool,
 	case t.ScaleOf > 0:
 		w, scales = t.ScaleOf-1, 1
 		wt := &s.Tensors[w]
-		br, bc := wt.Quant.Blocks(wt.Src.Shape)
-		box = b.Box.Clone()
-		nd := len(box.Size)
-		for k, bs := range [2]int64{br, bc} {
-			d := nd - 2 + k
-			lo := b.Box.Start[d] * bs
-			box.Start[d], box.Size[d] = lo, min((b.Box.Start[d]+b.Box.Size[d])*bs, wt.Src.Shape[d])-lo
-		}
+		box = wt.Quant.WeightBox(wt.Src.Shape, b.Box)
 	default:
 		return a, false, nil
 	}

@@ -221,6 +221,21 @@ func (q Quant) ScaleBox(shape []int64, b Box) Box {
 	return out
 }
 
+// WeightBox is the box of a weight of this shape that a box of its scale
+// tensor covers: each scale's block, the last ones cut at the weight's
+// edge (the inverse of ScaleBox on whole blocks).
+func (q Quant) WeightBox(shape []int64, scales Box) Box {
+	br, bc := q.Blocks(shape)
+	nd := len(shape)
+	out := scales.Clone()
+	for k, bs := range [2]int64{br, bc} {
+		d := nd - 2 + k
+		lo := scales.Start[d] * bs
+		out.Start[d], out.Size[d] = lo, min((scales.Start[d]+scales.Size[d])*bs, shape[d])-lo
+	}
+	return out
+}
+
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
 // ValidateQuant checks that src can be quantized to dst under q: dst is

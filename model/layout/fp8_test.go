@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -268,4 +269,30 @@ func seq(n int) []int {
 		r[i] = i
 	}
 	return r
+}
+
+// WeightBox inverts ScaleBox on whole blocks: the scales a weight box's
+// blocks need cover that box, and the weight box of any scale box is
+// block-aligned but at the weight's edge.
+func TestWeightBox(t *testing.T) {
+	rng := rand.New(rand.NewPCG(91, 92))
+	for range 1000 {
+		shape := []int64{1 + rng.Int64N(3), 1 + rng.Int64N(300), 1 + rng.Int64N(300)}
+		q := Quant{Scheme: QuantBlock, Block: [2]int64{1 + rng.Int64N(130), 1 + rng.Int64N(130)}}
+		var b Box
+		for _, n := range shape {
+			lo := rng.Int64N(n)
+			b.Start, b.Size = append(b.Start, lo), append(b.Size, 1+rng.Int64N(n-lo))
+		}
+		sb := q.ScaleBox(shape, b)
+		wb := q.WeightBox(shape, sb)
+		for d := range shape {
+			if wb.Start[d] > b.Start[d] || wb.Start[d]+wb.Size[d] < b.Start[d]+b.Size[d] {
+				t.Fatalf("shape %v %v: box %v, scales %v, their weight box %v does not cover it", shape, q, b, sb, wb)
+			}
+		}
+		if back := q.ScaleBox(shape, wb); !slices.Equal(back.Start, sb.Start) || !slices.Equal(back.Size, sb.Size) {
+			t.Fatalf("shape %v %v: scales %v -> weight box %v -> scales %v", shape, q, sb, wb, back)
+		}
+	}
 }
