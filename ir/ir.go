@@ -267,7 +267,12 @@ func (s *Schedule) ClassOf(op *Op, world map[int]Rank) Class {
 	if op.Kind != Send && op.Kind != Recv {
 		return Local
 	}
-	a, b := world[int(op.Rank)], world[int(op.Peer)]
+	return LinkClass(world[int(op.Rank)], world[int(op.Peer)])
+}
+
+// LinkClass is the path class between two ranks: Local on one GPU, NVLink
+// within a domain, Net across domains. The simulator routes flows by it.
+func LinkClass(a, b Rank) Class {
 	switch {
 	case a.GPU == b.GPU:
 		return Local

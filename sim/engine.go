@@ -551,17 +551,18 @@ func (e *engine) newFlow(a, b int32) {
 	} else {
 		f.bytes = op.Src.Bytes
 		sg, dg := e.rankG[op.Rank], e.rankG[op.Peer]
-		sdom, ddom := e.gpus[sg]/e.tp.GPUsPerDomain, e.gpus[dg]/e.tp.GPUsPerDomain
-		switch {
-		case e.opt.Loopback || sg == dg:
-			class = ir.Local
+		// The GPUs as the engine placed them (loopback: all on one).
+		sr := ir.Rank{GPU: e.gpus[sg], Domain: e.gpus[sg] / e.tp.GPUsPerDomain}
+		dr := ir.Rank{GPU: e.gpus[dg], Domain: e.gpus[dg] / e.tp.GPUsPerDomain}
+		sdom, ddom := sr.Domain, dr.Domain
+		switch class = ir.LinkClass(sr, dr); class {
+		case ir.Local:
 			coef := 2.0
 			if e.coef != nil && e.coef[a] > 0 {
 				coef = e.coef[a]
 			}
 			f.hold(e.mem[sg], coef)
-		case sdom == ddom:
-			class = ir.NVLink
+		case ir.NVLink:
 			f.hold(e.nvlE[sg], 1)
 			f.hold(e.nvlI[dg], 1)
 			if e.nccl != nil {
@@ -569,7 +570,6 @@ func (e *engine) newFlow(a, b int32) {
 				f.hold(e.nccl[dg], 1)
 			}
 		default:
-			class = ir.Net
 			k := e.tp.NICsPerGPU
 			f.hold(e.nicE[sg][int(op.Peer)%k], 1)
 			f.hold(e.nicI[dg][int(op.Rank)%k], 1)
