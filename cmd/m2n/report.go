@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 
 	"github.com/m2n-project/m2n/evaluate"
 	"github.com/m2n-project/m2n/internal/atomicfile"
@@ -80,75 +78,6 @@ their old versions together.`)
 		fmt.Fprintf(e.stdout, "  %s\n", filepath.Join(*outDir, f.Name))
 	}
 	return nil
-}
-
-// jobsFlag registers -j: how many simulations run at once.
-func jobsFlag(fs *flags) *int {
-	return fs.Int("j", 0, "run up to `N` simulations at once, 0 for as many as CPUs; the output does not depend on it")
-}
-
-// workersOf checks -j's value and resolves 0 to the CPU count.
-func workersOf(j int) (int, error) {
-	if j < 0 {
-		return 0, usagef("-j %d: want a number of simulations at a time, or 0 for one per CPU", j)
-	}
-	if j == 0 {
-		return runtime.NumCPU(), nil
-	}
-	return j, nil
-}
-
-// simulateAll runs the jobs on up to workers goroutines (at least one) and
-// returns their records in job order. On a failure it starts no more jobs
-// and returns the error of the first failed job in job order, which does
-// not depend on timing: every job before it was started, and ran to its
-// end. Each job is a task of pr.
-func simulateAll(ctx context.Context, jobs []simJob, sel *selection, opt sim.Options, pr progress, workers int) ([]evaluate.Record, error) {
-	recs := make([]evaluate.Record, len(jobs))
-	errs := make([]error, len(jobs))
-	next := make(chan int)
-	var mu sync.Mutex
-	failed := false
-	var wg sync.WaitGroup
-	for range max(1, min(workers, len(jobs))) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				t := simTask(pr, jobs[i])
-				rec, _, _, err := jobs[i].run(sel, opt, t)
-				t.done()
-				mu.Lock()
-				recs[i], errs[i] = rec, err
-				failed = failed || err != nil
-				mu.Unlock()
-			}
-		}()
-	}
-	var ctxErr error
-	for i := range jobs {
-		mu.Lock()
-		stop := failed
-		mu.Unlock()
-		if stop {
-			break
-		}
-		if ctxErr = ctx.Err(); ctxErr != nil {
-			break
-		}
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
-		}
-	}
-	if ctxErr != nil {
-		return nil, ctxErr
-	}
-	return recs, nil
 }
 
 // buildReport turns the records into a report, with notes naming any

@@ -6,14 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/m2n-project/m2n/evaluate"
 	"github.com/m2n-project/m2n/ir"
-	"github.com/m2n-project/m2n/model/scenario"
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/model/units"
 	"github.com/m2n-project/m2n/native"
@@ -260,51 +258,4 @@ process per GPU under torchrun, srun or mpirun.`)
 		return fmt.Errorf("%d of %d runs could not run or be modeled", errs, len(jobs))
 	}
 	return nil
-}
-
-func runTopo(_ context.Context, e *env, args []string) error {
-	fs := newFlags(e, "topo", "[flags]",
-		`List the GPUs NVML sees: name, memory, PCI bus id, active NVLink links and
-their speed, and NVLink domain (fabric cluster and clique where the GPU reports
-one); then the [topology] table m2n would use for them.`)
-	asJSON := fs.Bool("json", false, "print JSON on stdout")
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return usagef("topo takes no arguments, got %s", strings.Join(pos, " "))
-	}
-	gpus, err := native.Inventory()
-	if err != nil {
-		if errors.Is(err, native.ErrNotSupported) {
-			return fmt.Errorf("m2n topo needs a GPU build (linux, cgo) and NVML: %w", err)
-		}
-		return err
-	}
-	if *asJSON {
-		return printJSON(e.stdout, native.InventoryJSON(gpus))
-	}
-	return native.WriteInventory(e.stdout, gpus)
-}
-
-// loadPreset reads a preset by name, or a measured preset's file (a path
-// ending in .toml).
-func loadPreset(name string) (*topo.Topology, error) {
-	if !strings.HasSuffix(name, ".toml") {
-		t, err := scenario.Preset(name)
-		if err == nil {
-			return t, nil
-		}
-		// Not a preset's name: a file, if one is there.
-		if _, serr := os.Stat(name); serr != nil {
-			return nil, fmt.Errorf("%w; a measured preset file (one m2n calibrate wrote) is read from a path ending in .toml, or any path that exists", err)
-		}
-	}
-	data, err := readCapped(name, maxPresetBytes, "a preset")
-	if err != nil {
-		return nil, err
-	}
-	_, t, err := scenario.ParsePreset(name, data)
-	return t, err
 }
