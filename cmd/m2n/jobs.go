@@ -6,15 +6,16 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+
 	"github.com/m2n-project/m2n/evaluate"
 	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/scenario"
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/sim"
-	"os"
-	"runtime"
-	"strings"
-	"sync"
 )
 
 // jobsFlag registers -j: how many simulations run at once.

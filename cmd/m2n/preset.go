@@ -4,10 +4,11 @@ package main
 
 import (
 	"fmt"
-	"github.com/m2n-project/m2n/model/scenario"
-	"github.com/m2n-project/m2n/model/topo"
 	"os"
 	"strings"
+
+	"github.com/m2n-project/m2n/model/scenario"
+	"github.com/m2n-project/m2n/model/topo"
 )
 
 // loadPreset reads a preset by name, or a measured preset's file (a path

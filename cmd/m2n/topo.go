@@ -6,8 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/m2n-project/m2n/native"
 	"strings"
+
+	"github.com/m2n-project/m2n/native"
 )
 
 func runTopo(_ context.Context, e *env, args []string) error {
