@@ -4,36 +4,34 @@ import (
 	"bytes"
 	"encoding/csv"
 	"fmt"
-	"strconv"
 
 	"github.com/m2n-project/m2n/model/scenario"
 )
+
+// csvLayout is the CSV's columns after the sweeps' (the results table's,
+// reports/table.go).
+var csvLayout = []string{"route", "bytes", "sol", "sol_term", "modeled", "ratio",
+	"measured", "error", "measured_source", "bottleneck", "bottleneck_utilization", "ideal"}
 
 // CSVColumns are the fixed columns of the CSV, after one column per sweep
 // (named by the sweep; "point." + name where it would clash with these).
 // Times are seconds and numbers are exact (the shortest text that reads
 // back equal); an absent measurement leaves measured_s, error and
 // measured_source empty. docs/cli.md documents each.
-var CSVColumns = []string{
-	"route", "unique_bytes", "sol_s", "sol_term", "modeled_s", "modeled_over_sol",
-	"measured_s", "error", "measured_source", "bottleneck", "bottleneck_utilization", "ideal",
+var CSVColumns = csvHeads()
+
+func csvHeads() []string {
+	var out []string
+	for _, n := range csvLayout {
+		out = append(out, columns[n].head[asCSV])
+	}
+	return out
 }
 
 // CSVHeader is the CSV's header row for a report's sweeps.
 func CSVHeader(sweeps []scenario.Sweep) []string {
-	fixed := map[string]bool{}
-	for _, c := range CSVColumns {
-		fixed[c] = true
-	}
-	var h []string
-	for _, sw := range sweeps {
-		name := sw.Name
-		if fixed[name] {
-			name = "point." + name
-		}
-		h = append(h, name)
-	}
-	return append(h, CSVColumns...)
+	t := &results{sweeps: sweeps}
+	return heads(t.layout(asCSV, csvLayout...), asCSV)
 }
 
 // CSV renders the report as comma-separated values (RFC 4180), a header
@@ -44,39 +42,13 @@ func CSV(r *Report) ([]byte, error) {
 	}
 	var b bytes.Buffer
 	w := csv.NewWriter(&b)
-	if err := w.Write(CSVHeader(r.Sweeps)); err != nil {
+	t := &results{sweeps: r.Sweeps, ideal: r.Ideal}
+	cols := t.layout(asCSV, csvLayout...)
+	if err := w.Write(heads(cols, asCSV)); err != nil {
 		return nil, fmt.Errorf("csv: %w", err)
 	}
-	for _, row := range r.Rows {
-		var rec []string
-		for _, q := range row.Point.Params {
-			rec = append(rec, scenario.FormatValue(q.Value))
-		}
-		meas, errs := "", ""
-		if row.HasMeasured() {
-			meas, errs = formatFloat(row.Measured.Seconds()), formatFloat(row.MeasuredError())
-		}
-		ratio := ""
-		if row.SOL.Seconds() > 0 {
-			ratio = formatFloat(row.Ratio())
-		}
-		src := ""
-		if row.HasMeasured() {
-			src = row.MeasuredSource
-		}
-		rec = append(rec,
-			row.Route,
-			strconv.FormatInt(row.UniqueBytes, 10),
-			formatFloat(row.SOL.Seconds()),
-			row.SOLTerm,
-			formatFloat(row.Modeled.Seconds()),
-			ratio,
-			meas, errs, src,
-			row.Bottleneck.Name,
-			formatFloat(row.Bottleneck.Utilization),
-			strconv.FormatBool(r.Ideal),
-		)
-		if err := w.Write(rec); err != nil {
+	for i := range r.Rows {
+		if err := w.Write(t.cells(cols, &r.Rows[i], asCSV)); err != nil {
 			return nil, fmt.Errorf("csv: %w", err)
 		}
 	}

@@ -102,56 +102,25 @@ func ResultsTable(r *Report) string {
 	for _, row := range r.Rows {
 		showBytes = showBytes || row.UniqueBytes != r.Rows[0].UniqueBytes
 	}
-	var head, align []string
-	for _, sw := range r.Sweeps {
-		head = append(head, mdEscape(sw.Name))
-		align = append(align, "---")
-	}
-	head = append(head, "route")
-	align = append(align, "---")
+	t := &results{sweeps: r.Sweeps, ideal: r.Ideal, sources: srcs}
+	names := []string{"route"}
 	if showBytes {
-		head = append(head, "bytes")
-		align = append(align, "---:")
+		names = append(names, "bytes")
 	}
-	head = append(head, "SOL", "modeled", "modeled / SOL")
-	align = append(align, "---:", "---:", "---:")
+	names = append(names, "sol", "modeled", "ratio")
 	if hasMeasured {
-		head = append(head, "measured", "error")
-		align = append(align, "---:", "---:")
+		names = append(names, "measured", "error")
 	}
-	head = append(head, "bottleneck")
-	align = append(align, "---")
-
+	cols := t.layout(asMarkdown, append(names, "bottleneck")...)
+	align := make([]string, len(cols))
+	for i, c := range cols {
+		align[i] = c.align
+	}
 	b.WriteString(ResultsBegin + "\n")
-	b.WriteString("| " + strings.Join(head, " | ") + " |\n")
+	b.WriteString("| " + strings.Join(heads(cols, asMarkdown), " | ") + " |\n")
 	b.WriteString("|" + strings.Join(align, "|") + "|\n")
-	for _, row := range r.Rows {
-		var cells []string
-		for _, q := range row.Point.Params {
-			cells = append(cells, mdEscape(scenario.FormatValue(q.Value)))
-		}
-		cells = append(cells, mdEscape(row.Route))
-		if showBytes {
-			cells = append(cells, units.Bytes(row.UniqueBytes).Human())
-		}
-		ratio := "-"
-		if row.SOL.Seconds() > 0 {
-			ratio = fmt.Sprintf("%.3f", row.Ratio())
-		}
-		cells = append(cells, FormatSeconds(row.SOL.Seconds(), 4), FormatSeconds(row.Modeled.Seconds(), 4), ratio)
-		if hasMeasured {
-			if row.HasMeasured() {
-				m := FormatMeasured(row.Measured.Seconds())
-				if len(srcs) > 1 {
-					m += fmt.Sprintf(" [%d]", indexOf(srcs, row.MeasuredSource)+1)
-				}
-				cells = append(cells, m, signedPercent(row.MeasuredError()))
-			} else {
-				cells = append(cells, "", "")
-			}
-		}
-		cells = append(cells, fmt.Sprintf("%s (%.0f%%)", mdEscape(row.Bottleneck.Name), 100*row.Bottleneck.Utilization))
-		b.WriteString("| " + strings.Join(cells, " | ") + " |\n")
+	for i := range r.Rows {
+		b.WriteString("| " + strings.Join(t.cells(cols, &r.Rows[i], asMarkdown), " | ") + " |\n")
 	}
 	if hasMeasured {
 		b.WriteString("\nmodeled / SOL: how far the simulation is from the bound; error = modeled / measured - 1. Measured: ")

@@ -3,6 +3,7 @@ package reports
 import (
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/m2n-project/m2n/evaluate"
@@ -103,25 +104,19 @@ func WriteSimTable(w io.Writer, scenario, topology string, rows []Row, ideal boo
 	// Ideal times are not what a measurement compares with: under --ideal
 	// the table leaves the measured and error columns out.
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	head := "point\troute\tSOL\tmodeled\tx SOL\tbottleneck"
+	names := []string{"point", "route", "sol", "modeled", "ratio", "bottleneck"}
 	if !ideal {
-		head += "\tmeasured\terror"
+		names = append(names, "measured", "error")
 	}
-	fmt.Fprintln(tw, head)
+	t := &results{ideal: ideal}
+	cols := t.layout(asText, names...)
+	fmt.Fprintln(tw, strings.Join(heads(cols, asText), "\t"))
 	measured := 0
 	for i := range rows {
-		r := &rows[i]
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.3f\t%s (%.0f%%)", r.Label(), r.Route, r.SOL, r.Modeled, r.Ratio(),
-			r.Bottleneck.Name, 100*r.Bottleneck.Utilization)
-		switch {
-		case r.HasMeasured() && ideal:
+		if rows[i].HasMeasured() && ideal {
 			measured++
-		case r.HasMeasured():
-			fmt.Fprintf(tw, "\t%s\t%+.1f%%", r.Measured, r.MeasuredError()*100)
-		case !ideal:
-			fmt.Fprint(tw, "\t-\t-")
 		}
-		fmt.Fprintln(tw)
+		fmt.Fprintln(tw, strings.Join(t.cells(cols, &rows[i], asText), "\t"))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
