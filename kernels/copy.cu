@@ -24,16 +24,6 @@ struct BoxArgs {
     i64 dst_stride[M2N_MAXD];
 };
 static_assert(sizeof(BoxArgs) == 248, "BoxArgs is mirrored by package native: change both");
-static_assert(__builtin_offsetof(BoxArgs, src) == 0, "BoxArgs.src");
-static_assert(__builtin_offsetof(BoxArgs, dst) == 8, "BoxArgs.dst");
-static_assert(__builtin_offsetof(BoxArgs, runs) == 16, "BoxArgs.runs");
-static_assert(__builtin_offsetof(BoxArgs, run_bytes) == 24, "BoxArgs.run_bytes");
-static_assert(__builtin_offsetof(BoxArgs, seg_bytes) == 32, "BoxArgs.seg_bytes");
-static_assert(__builtin_offsetof(BoxArgs, segs_per_run) == 40, "BoxArgs.segs_per_run");
-static_assert(__builtin_offsetof(BoxArgs, nouter) == 48, "BoxArgs.nouter");
-static_assert(__builtin_offsetof(BoxArgs, size) == 56, "BoxArgs.size");
-static_assert(__builtin_offsetof(BoxArgs, src_stride) == 120, "BoxArgs.src_stride");
-static_assert(__builtin_offsetof(BoxArgs, dst_stride) == 184, "BoxArgs.dst_stride");
 
 struct v16 { u64 a, b; };
 
@@ -190,9 +180,6 @@ struct BatchDesc {
     int pad;
 };
 static_assert(sizeof(BatchDesc) == 264, "BatchDesc is mirrored by package native: change both");
-static_assert(__builtin_offsetof(BatchDesc, box) == 0, "BatchDesc.box");
-static_assert(__builtin_offsetof(BatchDesc, runs_per_unit) == 248, "BatchDesc.runs_per_unit");
-static_assert(__builtin_offsetof(BatchDesc, width) == 256, "BatchDesc.width");
 
 // BatchArgs: n descriptors, and prefix[k] the first unit of descriptor k
 // (prefix[n] = units, the batch's total).
@@ -203,10 +190,6 @@ struct BatchArgs {
     i64 units;
 };
 static_assert(sizeof(BatchArgs) == 32, "BatchArgs is mirrored by package native: change both");
-static_assert(__builtin_offsetof(BatchArgs, desc) == 0, "BatchArgs.desc");
-static_assert(__builtin_offsetof(BatchArgs, prefix) == 8, "BatchArgs.prefix");
-static_assert(__builtin_offsetof(BatchArgs, n) == 16, "BatchArgs.n");
-static_assert(__builtin_offsetof(BatchArgs, units) == 24, "BatchArgs.units");
 
 template <typename V>
 __device__ __forceinline__ void batch_unit(const BatchDesc& d, i64 w) {
@@ -272,15 +255,6 @@ struct PatternArgs {
     i64 gstride[M2N_MAXD]; // elements per index step of each dim in the global tensor
 };
 static_assert(sizeof(PatternArgs) == 224, "PatternArgs is mirrored by package native: change both");
-static_assert(__builtin_offsetof(PatternArgs, buf) == 0, "PatternArgs.buf");
-static_assert(__builtin_offsetof(PatternArgs, elems) == 8, "PatternArgs.elems");
-static_assert(__builtin_offsetof(PatternArgs, nd) == 16, "PatternArgs.nd");
-static_assert(__builtin_offsetof(PatternArgs, elem) == 20, "PatternArgs.elem");
-static_assert(__builtin_offsetof(PatternArgs, tensor) == 24, "PatternArgs.tensor");
-static_assert(__builtin_offsetof(PatternArgs, flags) == 28, "PatternArgs.flags");
-static_assert(__builtin_offsetof(PatternArgs, size) == 32, "PatternArgs.size");
-static_assert(__builtin_offsetof(PatternArgs, start) == 96, "PatternArgs.start");
-static_assert(__builtin_offsetof(PatternArgs, gstride) == 160, "PatternArgs.gstride");
 
 // pattern is splitmix64 of the tensor and the element's global index; the
 // host executor's hostexec.Pattern is the same function. value is an
@@ -430,22 +404,6 @@ struct QuantArgs {
     i64 scale_stride[M2N_MAXD];
 };
 static_assert(sizeof(QuantArgs) == 344, "QuantArgs is mirrored by package native: change both");
-static_assert(__builtin_offsetof(QuantArgs, src) == 0, "QuantArgs.src");
-static_assert(__builtin_offsetof(QuantArgs, dst) == 8, "QuantArgs.dst");
-static_assert(__builtin_offsetof(QuantArgs, scale) == 16, "QuantArgs.scale");
-static_assert(__builtin_offsetof(QuantArgs, lead) == 24, "QuantArgs.lead");
-static_assert(__builtin_offsetof(QuantArgs, rows) == 32, "QuantArgs.rows");
-static_assert(__builtin_offsetof(QuantArgs, cols) == 40, "QuantArgs.cols");
-static_assert(__builtin_offsetof(QuantArgs, br) == 48, "QuantArgs.br");
-static_assert(__builtin_offsetof(QuantArgs, bc) == 56, "QuantArgs.bc");
-static_assert(__builtin_offsetof(QuantArgs, nbr) == 64, "QuantArgs.nbr");
-static_assert(__builtin_offsetof(QuantArgs, nbc) == 72, "QuantArgs.nbc");
-static_assert(__builtin_offsetof(QuantArgs, nlead) == 80, "QuantArgs.nlead");
-static_assert(__builtin_offsetof(QuantArgs, sdt) == 84, "QuantArgs.sdt");
-static_assert(__builtin_offsetof(QuantArgs, size) == 88, "QuantArgs.size");
-static_assert(__builtin_offsetof(QuantArgs, src_stride) == 152, "QuantArgs.src_stride");
-static_assert(__builtin_offsetof(QuantArgs, dst_stride) == 216, "QuantArgs.dst_stride");
-static_assert(__builtin_offsetof(QuantArgs, scale_stride) == 280, "QuantArgs.scale_stride");
 
 __device__ __forceinline__ float quant_load(const QuantArgs& a, i64 off) {
     switch (a.sdt) {
@@ -863,16 +821,6 @@ struct QuantCheckArgs {
     i64 gstride[M2N_MAXD];
 };
 static_assert(sizeof(QuantCheckArgs) == 232, "QuantCheckArgs is mirrored by package native: change both");
-static_assert(__builtin_offsetof(QuantCheckArgs, buf) == 0, "QuantCheckArgs.buf");
-static_assert(__builtin_offsetof(QuantCheckArgs, tensor) == 8, "QuantCheckArgs.tensor");
-static_assert(__builtin_offsetof(QuantCheckArgs, sdt) == 12, "QuantCheckArgs.sdt");
-static_assert(__builtin_offsetof(QuantCheckArgs, nd) == 16, "QuantCheckArgs.nd");
-static_assert(__builtin_offsetof(QuantCheckArgs, scales) == 20, "QuantCheckArgs.scales");
-static_assert(__builtin_offsetof(QuantCheckArgs, br) == 24, "QuantCheckArgs.br");
-static_assert(__builtin_offsetof(QuantCheckArgs, bc) == 32, "QuantCheckArgs.bc");
-static_assert(__builtin_offsetof(QuantCheckArgs, start) == 40, "QuantCheckArgs.start");
-static_assert(__builtin_offsetof(QuantCheckArgs, size) == 104, "QuantCheckArgs.size");
-static_assert(__builtin_offsetof(QuantCheckArgs, gstride) == 168, "QuantCheckArgs.gstride");
 
 __device__ __forceinline__ float check_value(const QuantCheckArgs& a, const i64* idx) {
     u64 g = 0;
