@@ -36,6 +36,10 @@ type Record struct {
 	ExecutorModel string
 	Bottleneck    sim.ResourceStat   // the most utilized resource
 	Resources     []sim.ResourceStat // the resources summed by class (sim.ByClass)
+	// Memory is what the schedule holds on its busiest GPU.
+	Memory Memory
+	// Models says what the modeled time includes (Scope).
+	Models string
 	// ModeledHostIssue is the host's time to issue the schedule in the
 	// executor model (topo.Executor); 0 without one.
 	ModeledHostIssue units.Time
@@ -202,11 +206,74 @@ func Point(p *scenario.Point, popt plan.Options, opt Options) (Record, *ir.Sched
 	return rec, s, res, nil
 }
 
+// Excludes is what no modeled time includes: the frameworks' own work.
+const Excludes = "framework export and load (the trainer gathering its weights for export, the generator loading them into its engine), process start-up and synchronization"
+
+// Models names what a modeled time includes: the data movement over the
+// links, plus the GPU executor's measured costs where a measured preset
+// models it.
+func Models(executor bool) string {
+	if executor {
+		return "data movement over the links, and the GPU executor's measured costs (launches, NCCL groups, host issue)"
+	}
+	return "data movement over the links (achievable rates, op latencies)"
+}
+
+// Memory is a schedule's memory on one GPU (all the ranks it hosts): the
+// weights it holds for the refit (source shards and destination weights,
+// in the destination dtype with FP8 scales), its staging peak, and their
+// total; of the GPU with the largest total. Optimizer state, activations
+// and the generator's KV cache are not in it.
+type Memory struct {
+	GPU           int   // the GPU with the largest total
+	ResidentBytes int64 // its input and output buffers
+	StagingBytes  int64 // its staging (arena extent plus other staging buffers)
+	TotalBytes    int64
+	CapacityBytes int64 // the topology's GPU memory; 0: unknown
+	Fits          bool  // TotalBytes <= CapacityBytes (false when unknown)
+	CapacityKnown bool
+}
+
+// MemoryOf computes a schedule's memory per GPU against the topology's GPU
+// memory.
+func MemoryOf(s *ir.Schedule, tp *topo.Topology) Memory {
+	gpuOf := map[int]int{}
+	for _, r := range s.World {
+		gpuOf[r.Rank] = r.GPU
+	}
+	resident, staging := map[int]int64{}, map[int]int64{}
+	for i := range s.Buffers {
+		b := &s.Buffers[i]
+		if b.Kind == ir.Input || b.Kind == ir.Output {
+			resident[gpuOf[b.Rank]] += b.Bytes
+		}
+	}
+	for r, n := range s.StagingByRank() {
+		staging[gpuOf[r]] += n
+	}
+	m := Memory{GPU: -1, CapacityBytes: tp.GPUMemoryBytes, CapacityKnown: tp.GPUMemoryBytes > 0}
+	gpus := map[int]bool{}
+	for g := range resident {
+		gpus[g] = true
+	}
+	for g := range staging {
+		gpus[g] = true
+	}
+	for g := range gpus {
+		t := resident[g] + staging[g]
+		if t > m.TotalBytes || t == m.TotalBytes && (m.GPU < 0 || g < m.GPU) {
+			m.GPU, m.ResidentBytes, m.StagingBytes, m.TotalBytes = g, resident[g], staging[g], t
+		}
+	}
+	m.Fits = m.CapacityKnown && m.TotalBytes <= m.CapacityBytes
+	return m
+}
+
 // Schedule evaluates a built schedule on a topology: it simulates the
 // schedule and bounds its route over the schedule's tensors. A failure of
 // either is an error, never a zero in the record.
 func Schedule(s *ir.Schedule, tp *topo.Topology, opt Options) (Record, *sim.Result, error) {
-	rec := Record{Route: s.Route, Ideal: opt.Sim.Ideal, Ops: len(s.Ops), ModeledOn: tp.Preset}
+	rec := Record{Route: s.Route, Ideal: opt.Sim.Ideal, Ops: len(s.Ops), ModeledOn: tp.Preset, Memory: MemoryOf(s, tp)}
 	sol, err := plan.Bound(s.Route, s.Tensors, tp)
 	if err != nil {
 		return rec, nil, fmt.Errorf("SOL bound: %w", err)
@@ -234,6 +301,7 @@ func Schedule(s *ir.Schedule, tp *topo.Topology, opt Options) (Record, *sim.Resu
 	if err != nil {
 		return rec, nil, fmt.Errorf("simulation: %w", err)
 	}
+	rec.Models = Models(res.Modeled != nil)
 	if res.Modeled != nil {
 		rec.ExecutorModel = sopt.Exec.Launch.String()
 		rec.ModeledOn += ", executor model " + rec.ExecutorModel

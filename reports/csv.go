@@ -11,7 +11,8 @@ import (
 // csvLayout is the CSV's columns after the sweeps' (the results table's,
 // reports/table.go).
 var csvLayout = []string{"route", "bytes", "sol", "sol_term", "modeled", "ratio",
-	"measured", "error", "measured_source", "bottleneck", "bottleneck_utilization", "ideal"}
+	"measured", "error", "measured_source", "bottleneck", "bottleneck_utilization", "ideal",
+	"memory", "capacity", "fits"}
 
 // CSVColumns are the fixed columns of the CSV, after one column per sweep
 // (named by the sweep; "point." + name where it would clash with these).

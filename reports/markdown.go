@@ -3,6 +3,7 @@ package reports
 import (
 	"bytes"
 	"fmt"
+	"github.com/m2n-project/m2n/evaluate"
 	"strings"
 
 	"github.com/m2n-project/m2n/model/scenario"
@@ -111,7 +112,7 @@ func ResultsTable(r *Report) string {
 	if hasMeasured {
 		names = append(names, "measured", "error")
 	}
-	cols := t.layout(asMarkdown, append(names, "bottleneck")...)
+	cols := t.layout(asMarkdown, append(names, "bottleneck", "memory", "fits")...)
 	align := make([]string, len(cols))
 	for i, c := range cols {
 		align[i] = c.align
@@ -137,6 +138,9 @@ func ResultsTable(r *Report) string {
 		}
 	} else {
 		b.WriteString("\nmodeled / SOL: how far the simulation is from the bound. The scenario has no reference measurements.\n")
+	}
+	if len(r.Rows) > 0 {
+		fmt.Fprintf(&b, "\nModeled: %s; not modeled: %s. memory / GPU: the busiest GPU's weights in the refit (source shards, destination weights with FP8 scales) plus staging, against its memory (fits); not optimizer state, activations or KV cache.\n", mdEscape(r.Rows[0].Models), mdEscape(evaluate.Excludes))
 	}
 	b.WriteString(ResultsEnd + "\n")
 	return b.String()

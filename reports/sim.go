@@ -34,6 +34,9 @@ type simRecord struct {
 	Events        int64            `json:"events"`
 	Resources     []resourceJSON   `json:"resources"`
 	TensorClasses []evaluate.Class `json:"tensor_classes,omitempty"`
+	Models        string           `json:"models"`
+	Excludes      string           `json:"excludes"`
+	Memory        memoryJSON       `json:"memory"`
 }
 
 type bottleneckJSON struct {
@@ -56,6 +59,7 @@ func simJSON(r *Row) simRecord {
 		Bottleneck: bottleneckJSON{r.Bottleneck.Name, r.Bottleneck.Class, r.Bottleneck.Utilization},
 		Ops:        r.Ops, Flows: r.Flows, Events: r.Events, TensorClasses: r.TensorClasses,
 		HostIssue: r.ModeledHostIssue.Seconds(),
+		Models:    r.Models, Excludes: evaluate.Excludes, Memory: memJSON(r.Memory),
 	}
 	if r.Point != nil {
 		j.Point = r.Point.Map()
@@ -68,6 +72,25 @@ func simJSON(r *Row) simRecord {
 		j.Resources = append(j.Resources, resourceJSON{c.Class, c.Bytes, c.Busy.Seconds(), c.Utilization})
 	}
 	return j
+}
+
+// memoryJSON is evaluate.Memory in a record: the busiest GPU's.
+type memoryJSON struct {
+	GPU           int   `json:"gpu"`
+	ResidentBytes int64 `json:"resident_bytes"`
+	StagingBytes  int64 `json:"staging_bytes"`
+	TotalBytes    int64 `json:"total_bytes"`
+	CapacityBytes int64 `json:"capacity_bytes,omitempty"` // absent: unknown
+	Fits          *bool `json:"fits,omitempty"`           // absent: capacity unknown
+}
+
+func memJSON(m evaluate.Memory) memoryJSON {
+	out := memoryJSON{GPU: m.GPU, ResidentBytes: m.ResidentBytes, StagingBytes: m.StagingBytes, TotalBytes: m.TotalBytes}
+	if m.CapacityKnown {
+		fits := m.Fits
+		out.CapacityBytes, out.Fits = m.CapacityBytes, &fits
+	}
+	return out
 }
 
 type simOutput struct {
@@ -104,7 +127,7 @@ func WriteSimTable(w io.Writer, scenario, topology string, rows []Row, ideal boo
 	// Ideal times are not what a measurement compares with: under --ideal
 	// the table leaves the measured and error columns out.
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	names := []string{"point", "route", "sol", "modeled", "ratio", "bottleneck"}
+	names := []string{"point", "route", "sol", "modeled", "ratio", "bottleneck", "memory", "fits"}
 	if !ideal {
 		names = append(names, "measured", "error")
 	}
@@ -123,6 +146,10 @@ func WriteSimTable(w io.Writer, scenario, topology string, rows []Row, ideal boo
 	}
 	if measured > 0 {
 		fmt.Fprintf(w, "\n%d reference measurements left out: they compare with the achievable rates, not --ideal's\n", measured)
+	}
+	if len(rows) > 0 {
+		fmt.Fprintf(w, "\nmodeled: %s; not modeled: %s (docs/sim.md)\n", rows[0].Models, evaluate.Excludes)
+		fmt.Fprintf(w, "memory/GPU: the busiest GPU's weights in the refit (source shards, destination weights with FP8 scales) plus staging, against its memory; not optimizer state, activations or KV cache\n")
 	}
 	if err := writeClasses(w, rows); err != nil {
 		return err

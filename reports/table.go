@@ -130,6 +130,31 @@ var columns = map[string]column{
 	"bottleneck_utilization": {head: [3]string{"", "", "bottleneck_utilization"}, cell: func(_ *results, r *Row, _ format) string {
 		return formatFloat(r.Bottleneck.Utilization)
 	}},
+	"memory": {head: [3]string{"memory/GPU", "memory / GPU", "memory_per_gpu_bytes"}, align: "---:", cell: func(_ *results, r *Row, f format) string {
+		if f == asCSV {
+			return strconv.FormatInt(r.Memory.TotalBytes, 10)
+		}
+		return units.Bytes(r.Memory.TotalBytes).Human()
+	}},
+	"capacity": {head: [3]string{"", "", "gpu_memory_bytes"}, cell: func(_ *results, r *Row, _ format) string {
+		if !r.Memory.CapacityKnown {
+			return ""
+		}
+		return strconv.FormatInt(r.Memory.CapacityBytes, 10)
+	}},
+	"fits": {head: [3]string{"fits", "fits", "fits"}, align: "---", cell: func(_ *results, r *Row, f format) string {
+		switch {
+		case !r.Memory.CapacityKnown && f == asCSV:
+			return ""
+		case !r.Memory.CapacityKnown:
+			return "-"
+		case f == asCSV:
+			return strconv.FormatBool(r.Memory.Fits)
+		case r.Memory.Fits:
+			return "yes"
+		}
+		return "NO (" + units.Bytes(r.Memory.CapacityBytes).Human() + ")"
+	}},
 	"ideal": {head: [3]string{"", "", "ideal"}, cell: func(t *results, _ *Row, _ format) string { return strconv.FormatBool(t.ideal) }},
 }
 

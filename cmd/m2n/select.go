@@ -129,10 +129,13 @@ func (sel *selection) planOptions(p *scenario.Point, route string) (plan.Options
 		return plan.Options{}, err
 	}
 	var stagingCap units.Bytes
-	if sel.stagingCap != "" {
+	switch {
+	case sel.stagingCap != "":
 		if stagingCap, err = units.ParseBytes(sel.stagingCap); err != nil {
 			return plan.Options{}, usagef("--staging-cap %q: want a size such as \"2 GiB\", or 0 for no cap", sel.stagingCap)
 		}
+	case p.StagingCap != nil: // the scenario's staging_cap, swept or not
+		stagingCap = *p.StagingCap
 	}
 	if sel.maxOps < 0 {
 		return plan.Options{}, usagef("--max-ops %d: want a positive number of ops", sel.maxOps)

@@ -19,6 +19,9 @@ type File struct {
 	Routes      []string `toml:"routes"` // routes to plan; empty means all
 	// Chunk is the pipelining granularity of chunked routes ("4 MiB").
 	Chunk *Size `toml:"chunk"`
+	// StagingCap bounds each GPU's staging memory ("4 GiB"; "0 B": no
+	// cap), as --staging-cap does; it sweeps like any other key.
+	StagingCap *Size `toml:"staging_cap"`
 
 	Topology   TopologySpec         `toml:"topology"`
 	Meshes     map[string]*MeshSpec `toml:"meshes"`
@@ -40,6 +43,7 @@ type TopologySpec struct {
 	NIC              *units.Bandwidth `toml:"nic"`
 	NICLine          *units.Bandwidth `toml:"nic_line"`
 	Memory           *units.Bandwidth `toml:"memory"`
+	GPUMemory        *Size            `toml:"gpu_memory"`
 	Oversubscription *float64         `toml:"oversubscription"`
 	LatencyNVLink    *units.Time      `toml:"latency_nvlink"`
 	LatencyNet       *units.Time      `toml:"latency_net"`

@@ -68,6 +68,8 @@ type Point struct {
 	Tensors  []Tensor
 	Routes   []string     // empty means every route
 	Chunk    *units.Bytes // nil means the planner's default
+	// StagingCap bounds each GPU's staging memory; nil (or 0): no cap.
+	StagingCap *units.Bytes
 }
 
 // Tensor is one tensor to move, with both layouts resolved to global ranks.
@@ -407,6 +409,13 @@ func (s *Scenario) resolve(f *File, p *Point) error {
 		c := units.Bytes(*f.Chunk)
 		p.Chunk = &c
 	}
+	if f.StagingCap != nil {
+		if *f.StagingCap < 0 {
+			return fmt.Errorf("staging_cap = %v: must not be negative (\"0 B\": no cap)", units.Bytes(*f.StagingCap))
+		}
+		c := units.Bytes(*f.StagingCap)
+		p.StagingCap = &c
+	}
 	meshes := map[string]layout.Mesh{}
 	for _, name := range sortedKeys(f.Meshes) {
 		m, err := meshFrom(f.Meshes[name].Shape, f.Meshes[name].Ranks, f.Meshes[name].FirstRank)
@@ -597,6 +606,12 @@ func applyTopology(t *topo.Topology, ts TopologySpec) error {
 	setBW(&t.NIC, ts.NIC)
 	setBW(&t.NICLine, ts.NICLine)
 	setBW(&t.Memory, ts.Memory)
+	if ts.GPUMemory != nil {
+		if *ts.GPUMemory < 0 {
+			return fmt.Errorf("gpu_memory = %v: must not be negative", units.Bytes(*ts.GPUMemory))
+		}
+		t.GPUMemoryBytes = int64(*ts.GPUMemory)
+	}
 	setT(&t.LatencyNVLink, ts.LatencyNVLink)
 	setT(&t.LatencyNet, ts.LatencyNet)
 	setT(&t.LatencyLocal, ts.LatencyLocal)

@@ -18,6 +18,9 @@ import (
 //     48 is the default; GB300's ConnectX-8 800 Gb/s = 100 GB/s line, 96.
 //   - Memory: H200 device-to-device copy measured at 4.2 TB/s read+write
 //     (vendor 4.8 TB/s); B200 8 TB/s vendor, scaled by the same 0.875 ratio.
+//   - GPU memory: GB200 186 GB of HBM3e visible (MLCommons system JSON),
+//     H200 141 GB (DGX BasePOD), GB300 288 GB (NVIDIA's GB300 NVL72 page;
+//     unverified here).
 //   - Latencies: NCCL's cost model: a small NVLink send/recv about 3 us,
 //     network hops 5-14 us (10 us default), a local kernel launch about 2 us.
 var presets = map[string]Topology{
@@ -25,21 +28,21 @@ var presets = map[string]Topology{
 		GPUsPerDomain: 72,
 		NVLinkLine:    units.GBps(900), NVLink: units.GBps(721.8),
 		NICsPerGPU: 1, NICLine: units.GBps(50), NIC: units.GBps(48),
-		Memory:        units.GBps(7000),
+		Memory: units.GBps(7000), GPUMemoryBytes: 186e9,
 		LatencyNVLink: 3 * units.Microsecond, LatencyNet: 10 * units.Microsecond, LatencyLocal: 2 * units.Microsecond,
 	},
 	"gb300-nvl72": {
 		GPUsPerDomain: 72,
 		NVLinkLine:    units.GBps(900), NVLink: units.GBps(721.8),
 		NICsPerGPU: 1, NICLine: units.GBps(100), NIC: units.GBps(96),
-		Memory:        units.GBps(7000),
+		Memory: units.GBps(7000), GPUMemoryBytes: 288e9,
 		LatencyNVLink: 3 * units.Microsecond, LatencyNet: 10 * units.Microsecond, LatencyLocal: 2 * units.Microsecond,
 	},
 	"hgx-h200": {
 		GPUsPerDomain: 8,
 		NVLinkLine:    units.GBps(450), NVLink: units.GBps(370.8),
 		NICsPerGPU: 1, NICLine: units.GBps(50), NIC: units.GBps(48),
-		Memory:        units.GBps(4200),
+		Memory: units.GBps(4200), GPUMemoryBytes: 141e9,
 		LatencyNVLink: 3 * units.Microsecond, LatencyNet: 10 * units.Microsecond, LatencyLocal: 2 * units.Microsecond,
 	},
 }

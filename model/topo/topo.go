@@ -35,6 +35,9 @@ type Topology struct {
 	// Memory is the achievable local memory bandwidth per GPU, counting bytes
 	// read plus bytes written (a copy of n bytes moves 2n).
 	Memory units.Bandwidth
+	// GPUMemoryBytes is each GPU's memory capacity (HBM) in bytes; 0:
+	// unknown. The planner's memory per GPU is checked against it.
+	GPUMemoryBytes int64
 	// Oversubscription is the network fabric's ratio of injection to
 	// bisection bandwidth; 1 (or 0) is non-blocking. Above 1, each domain's
 	// uplink to the fabric carries at most (its NICs' rate) / Oversubscription.
