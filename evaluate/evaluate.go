@@ -206,6 +206,23 @@ func Point(p *scenario.Point, popt plan.Options, opt Options) (Record, *ir.Sched
 	return rec, s, res, nil
 }
 
+// Skip is a route at a point that was not evaluated because it passes a
+// limit (a staging cap too small for it, the ops or memory limit): the
+// other routes and points go on, and every output lists it with Reason.
+type Skip struct {
+	Point  *scenario.Point // nil for a schedule file
+	Route  string
+	Reason string
+}
+
+// Label names the skip's point ("-" without sweeps).
+func (k Skip) Label() string {
+	if k.Point == nil {
+		return "-"
+	}
+	return k.Point.Label()
+}
+
 // Excludes is what no modeled time includes: the frameworks' own work.
 const Excludes = "framework export and load (the trainer gathering its weights for export, the generator loading them into its engine), process start-up and synchronization"
 

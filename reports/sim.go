@@ -97,14 +97,29 @@ type simOutput struct {
 	Scenario string      `json:"scenario"`
 	Topology string      `json:"topology"`
 	Records  []simRecord `json:"records"`
+	Skipped  []skipJSON  `json:"skipped,omitempty"`
+}
+
+// skipJSON is a route at a point not evaluated, and why.
+type skipJSON struct {
+	Point  map[string]any `json:"point"`
+	Route  string         `json:"route"`
+	Reason string         `json:"reason"`
 }
 
 // SimJSON is the JSON output of `m2n sim --json` (docs/cli.md): the
 // scenario, the topology and a record per row.
-func SimJSON(scenario, topology string, rows []Row) any {
+func SimJSON(scenario, topology string, rows []Row, skips []evaluate.Skip) any {
 	out := simOutput{Scenario: scenario, Topology: topology}
 	for i := range rows {
 		out.Records = append(out.Records, simJSON(&rows[i]))
+	}
+	for _, k := range skips {
+		j := skipJSON{Point: map[string]any{}, Route: k.Route, Reason: k.Reason}
+		if k.Point != nil {
+			j.Point = k.Point.Map()
+		}
+		out.Skipped = append(out.Skipped, j)
 	}
 	return out
 }
@@ -112,7 +127,7 @@ func SimJSON(scenario, topology string, rows []Row) any {
 // WriteSimTable writes the text tables of `m2n sim`: per row the SOL, the
 // modeled time, the bottleneck and any reference; a workload's tensors by
 // class; the resources by class.
-func WriteSimTable(w io.Writer, scenario, topology string, rows []Row, ideal bool) error {
+func WriteSimTable(w io.Writer, scenario, topology string, rows []Row, skips []evaluate.Skip, ideal bool) error {
 	mode := "achievable rates, op latencies"
 	for i := range rows {
 		if x := rows[i].ExecutorModel; x != "" {
@@ -146,6 +161,12 @@ func WriteSimTable(w io.Writer, scenario, topology string, rows []Row, ideal boo
 	}
 	if measured > 0 {
 		fmt.Fprintf(w, "\n%d reference measurements left out: they compare with the achievable rates, not --ideal's\n", measured)
+	}
+	if len(skips) > 0 {
+		fmt.Fprintln(w)
+	}
+	for _, k := range skips {
+		fmt.Fprintf(w, "not evaluated: %s %s: %s\n", k.Label(), k.Route, k.Reason)
 	}
 	if len(rows) > 0 {
 		fmt.Fprintf(w, "\nmodeled: %s; not modeled: %s (docs/sim.md)\n", rows[0].Models, evaluate.Excludes)

@@ -5,9 +5,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/scenario"
 	"github.com/m2n-project/m2n/model/topo"
+	"github.com/m2n-project/m2n/plan"
 	"github.com/m2n-project/m2n/sim"
 )
 
@@ -39,9 +42,10 @@ func workersOf(j int) (int, error) {
 // and returns the error of the first failed job in job order, which does
 // not depend on timing: every job before it was started, and ran to its
 // end. Each job is a task of pr.
-func simulateAll(ctx context.Context, jobs []simJob, sel *selection, opt sim.Options, pr progress, workers int) ([]evaluate.Record, error) {
+func simulateAll(ctx context.Context, jobs []simJob, sel *selection, opt sim.Options, pr progress, workers int) ([]evaluate.Record, []evaluate.Skip, error) {
 	recs := make([]evaluate.Record, len(jobs))
 	errs := make([]error, len(jobs))
+	skipped := make([]string, len(jobs)) // the reason a job passed a limit
 	next := make(chan int)
 	var mu sync.Mutex
 	failed := false
@@ -54,6 +58,9 @@ func simulateAll(ctx context.Context, jobs []simJob, sel *selection, opt sim.Opt
 				t := simTask(pr, jobs[i])
 				rec, _, _, err := jobs[i].run(sel, opt, t)
 				t.done()
+				if why, ok := overLimit(err); ok {
+					skipped[i], err = why, nil
+				}
 				mu.Lock()
 				recs[i], errs[i] = rec, err
 				failed = failed || err != nil
@@ -78,13 +85,43 @@ func simulateAll(ctx context.Context, jobs []simJob, sel *selection, opt sim.Opt
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if ctxErr != nil {
-		return nil, ctxErr
+		return nil, nil, ctxErr
 	}
-	return recs, nil
+	var out []evaluate.Record
+	var skips []evaluate.Skip
+	for i := range jobs {
+		if skipped[i] != "" {
+			skips = append(skips, evaluate.Skip{Point: jobs[i].point, Route: jobs[i].route, Reason: skipped[i]})
+			continue
+		}
+		out = append(out, recs[i])
+	}
+	if len(out) == 0 && len(skips) > 0 {
+		return nil, nil, fmt.Errorf("every route at every point passes a limit; the first: point %s, route %s: %s", skips[0].Label(), skips[0].Route, skips[0].Reason)
+	}
+	return out, skips, nil
+}
+
+// overLimit reports whether err is a route passing a planning limit (a
+// staging cap too small, the ops or memory limit), and its reason: such a
+// route is skipped and the others go on.
+func overLimit(err error) (string, bool) {
+	var capErr *plan.StagingCapError
+	var opsErr *plan.OpsLimitError
+	var memErr *plan.MemoryLimitError
+	switch {
+	case errors.As(err, &capErr):
+		return capErr.Error(), true
+	case errors.As(err, &opsErr):
+		return opsErr.Error(), true
+	case errors.As(err, &memErr):
+		return memErr.Error(), true
+	}
+	return "", false
 }
 
 // simJob is one evaluation: a route at a scenario point, or an IR file.
@@ -115,7 +152,7 @@ func (j simJob) evalOptions(opt sim.Options, t task) evaluate.Options {
 // of the points (the last one's).
 func simJobs(sc *scenario.Scenario, points []*scenario.Point, sel *selection) ([]simJob, string, error) {
 	var jobs []simJob
-	preset := ""
+	var presets []string // the points' topology presets, in order of first use
 	refs := sc.References
 	if sel.scale != 1 { // a scaled tensor is not what was measured
 		refs = nil
@@ -125,10 +162,16 @@ func simJobs(sc *scenario.Scenario, points []*scenario.Point, sel *selection) ([
 		if err != nil {
 			return nil, "", err
 		}
-		preset = p.Topology.Preset
+		if !slices.Contains(presets, p.Topology.Preset) {
+			presets = append(presets, p.Topology.Preset)
+		}
 		for _, r := range routes {
 			jobs = append(jobs, simJob{point: p, route: r, refs: refs})
 		}
+	}
+	preset := strings.Join(presets, ", ")
+	if len(presets) > 1 {
+		preset += " (by point)"
 	}
 	return jobs, preset, nil
 }

@@ -56,6 +56,9 @@ func TestGolden(t *testing.T) {
 		{"sim-trace-needs-one", []string{"sim", "--trace", "t.json", "paper-ffn-moe"}},
 		{"sim-ir-needs-topology", []string{"sim", "--ir", "x.json"}},
 		{"sim-paper-2gpu-references", []string{"sim", "paper-2gpu"}},
+		// A route past the staging cap is skipped with its reason; the others run.
+		{"sim-skip-over-cap", []string{"sim", "--staging-cap", "1KiB", "paper-2gpu"}},
+		{"sim-skip-over-cap-json", []string{"sim", "--json", "--staging-cap", "1KiB", "--route", "flat,agbcast", "paper-2gpu"}},
 		{"run-nccl-graph-refused", []string{"run", "--backend", "nccl", "--transport", "nccl", "--graph", "paper-2gpu"}},
 		{"run-bad-transport", []string{"run", "--backend", "nccl", "--transport", "bogus", "paper-2gpu"}},
 		{"sim-workload-tiny", []string{"sim", "testdata/scenarios/workload-tiny.toml"}},

@@ -57,12 +57,15 @@ their old versions together.`)
 	// terminal; nothing when stderr is a file or a pipe, or with --json.
 	pr := newProgress(e, "report", "simulations", len(jobs), *asJSON)
 	defer pr.close()
-	recs, err := simulateAll(ctx, jobs, &sel, sim.Options{Ideal: *ideal}, pr, nworkers)
+	recs, skips, err := simulateAll(ctx, jobs, &sel, sim.Options{Ideal: *ideal}, pr, nworkers)
 	pr.close()
 	if err != nil {
 		return err
 	}
 	rep := buildReport(sc, recs, *ideal, &sel)
+	for _, k := range skips {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("Not evaluated: point %s, route %s: %s.", k.Label(), k.Route, k.Reason))
+	}
 	files, err := renderReport(rep)
 	if err != nil {
 		return fmt.Errorf("report: %w", err)
@@ -71,7 +74,7 @@ their old versions together.`)
 		return err
 	}
 	if *asJSON {
-		return printJSON(e.stdout, reports.SimJSON(sc.Name, tpName, recs))
+		return printJSON(e.stdout, reports.SimJSON(sc.Name, tpName, recs, skips))
 	}
 	fmt.Fprintf(e.stdout, "report of %s (%d simulations) written to %s:\n", sc.Name, len(recs), *outDir)
 	for _, f := range files {

@@ -120,10 +120,11 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 	pr := newProgress(e, "sim", "simulations", len(jobs), *asJSON)
 	defer pr.close()
 	var recs []evaluate.Record
+	var skips []evaluate.Skip
 	if *trace == "" && *flowsOut == "" {
 		// Up to -j points and routes at once; the records come back in job
-		// order.
-		if recs, err = simulateAll(ctx, jobs, &sel, opt, pr, nworkers); err != nil {
+		// order, and a route past a limit is skipped with its reason.
+		if recs, skips, err = simulateAll(ctx, jobs, &sel, opt, pr, nworkers); err != nil {
 			return err
 		}
 	} else { // one job, with its trace or flows
@@ -154,7 +155,7 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 		return nil
 	}
 	if *asJSON {
-		return printJSON(e.stdout, reports.SimJSON(scName, tpName, recs))
+		return printJSON(e.stdout, reports.SimJSON(scName, tpName, recs, skips))
 	}
-	return reports.WriteSimTable(e.stdout, scName, tpName, recs, *ideal)
+	return reports.WriteSimTable(e.stdout, scName, tpName, recs, skips, *ideal)
 }
