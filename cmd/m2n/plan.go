@@ -36,8 +36,12 @@ of each route; print a summary of both.`)
 	check := fs.Bool("check", false, "run each schedule on the host reference executor and check every destination byte")
 	var sel selection
 	sel.register(fs)
+	progressMode := progressFlag(fs)
 	pos, err := fs.parse(args)
 	if err != nil {
+		return err
+	}
+	if err := checkProgress(*progressMode); err != nil {
 		return err
 	}
 	fileOnStdout, err := toStdout(*asJSON, "--ir", *irFile)
@@ -48,7 +52,7 @@ of each route; print a summary of both.`)
 	if err != nil {
 		return err
 	}
-	defer sel.showProgress(e, points, *asJSON || *check)()
+	defer sel.showProgress(e, points, *asJSON || *check, *progressMode)()
 	if *irFile != "" {
 		n := 0
 		for _, p := range points {

@@ -59,11 +59,16 @@ var isTerminal = func(w io.Writer) bool {
 const progressRefresh = 250 * time.Millisecond
 
 // newProgress returns the progress display of a command that will run
-// total tasks (what names them: "simulations"): on stderr when it is a
-// terminal and quiet (--json) is false, else one that shows nothing.
-func newProgress(e *env, command, what string, total int, quiet bool) progress {
-	if quiet || !isTerminal(e.stderr) || total <= 0 {
-		return noProgress{w: e.stderr}
+// total tasks (what names them: "simulations"), by mode (--progress):
+// auto draws bars on stderr when it is a terminal and quiet (--json) is
+// false, and writes progress lines there otherwise (lines.go); always
+// writes lines, on a terminal too; never shows nothing.
+func newProgress(e *env, command, what string, total int, quiet bool, mode string) progress {
+	switch {
+	case total <= 0 || mode == progressNever:
+		return noProgress{}
+	case mode == progressAlways || quiet || !isTerminal(e.stderr):
+		return newLineProgress(e.stderr, command, what, total)
 	}
 	p := mpb.New(mpb.WithOutput(e.stderr), mpb.WithRefreshRate(progressRefresh), mpb.WithAutoRefresh(), mpb.WithWidth(100))
 	top := p.AddBar(int64(total),
@@ -206,7 +211,7 @@ type planProgress struct {
 // showProgress starts m2n plan's display for the schedules of the points
 // (none when quiet, or off a terminal) and returns the function that
 // closes it, for a defer.
-func (sel *selection) showProgress(e *env, points []*scenario.Point, quiet bool) func() {
+func (sel *selection) showProgress(e *env, points []*scenario.Point, quiet bool, mode string) func() {
 	n := 0
 	for _, p := range points {
 		rs, err := sel.routesOf(p)
@@ -215,7 +220,7 @@ func (sel *selection) showProgress(e *env, points []*scenario.Point, quiet bool)
 		}
 		n += len(rs)
 	}
-	pp := &planProgress{pr: newProgress(e, "plan", "schedules", n, quiet), left: n}
+	pp := &planProgress{pr: newProgress(e, "plan", "schedules", n, quiet, mode), left: n}
 	sel.shown = pp
 	return pp.pr.close
 }
@@ -237,4 +242,18 @@ func (t *planTask) done() {
 	if t.pp.left--; t.pp.left == 0 {
 		t.pp.pr.close()
 	}
+}
+
+// progressFlag registers --progress.
+func progressFlag(fs *flags) *string {
+	return fs.String("progress", progressAuto, "how to show progress on stderr: auto (bars on a terminal; elsewhere a line every 10 s with an estimate of the time left, from 10 s on), always (those lines, on a terminal too) or never")
+}
+
+// checkProgress refuses a --progress value it does not know.
+func checkProgress(mode string) error {
+	switch mode {
+	case progressAuto, progressAlways, progressNever:
+		return nil
+	}
+	return usagef("--progress %q: want auto, always or never", mode)
 }

@@ -31,8 +31,12 @@ their old versions together.`)
 	workers := jobsFlag(fs)
 	var sel selection
 	sel.register(fs)
+	progressMode := progressFlag(fs)
 	pos, err := fs.parse(args)
 	if err != nil {
+		return err
+	}
+	if err := checkProgress(*progressMode); err != nil {
 		return err
 	}
 	nworkers, err := workersOf(*workers)
@@ -55,7 +59,7 @@ their old versions together.`)
 	}
 	// A counter of the simulations and a line per running one on a
 	// terminal; nothing when stderr is a file or a pipe, or with --json.
-	pr := newProgress(e, "report", "simulations", len(jobs), *asJSON)
+	pr := newProgress(e, "report", "simulations", len(jobs), *asJSON, *progressMode)
 	defer pr.close()
 	recs, skips, err := simulateAll(ctx, jobs, &sel, sim.Options{Ideal: *ideal}, pr, nworkers)
 	pr.close()

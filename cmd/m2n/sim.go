@@ -34,8 +34,12 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 	workers := jobsFlag(fs)
 	var sel selection
 	sel.register(fs)
+	progressMode := progressFlag(fs)
 	pos, err := fs.parse(args)
 	if err != nil {
+		return err
+	}
+	if err := checkProgress(*progressMode); err != nil {
 		return err
 	}
 	nworkers, err := workersOf(*workers)
@@ -117,7 +121,7 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 	}
 	// A counter of the simulations and a line for the running one on a
 	// terminal; nothing when stderr is a file or a pipe, or with --json.
-	pr := newProgress(e, "sim", "simulations", len(jobs), *asJSON)
+	pr := newProgress(e, "sim", "simulations", len(jobs), *asJSON, *progressMode)
 	defer pr.close()
 	var recs []evaluate.Record
 	var skips []evaluate.Skip
