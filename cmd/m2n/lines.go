@@ -44,12 +44,12 @@ type lineProgress struct {
 }
 
 type lineTask struct {
-	p       *lineProgress
-	label   string
-	start   time.Time
+	p      *lineProgress
+	label  string
+	start  time.Time
 	events atomic.Int64 // flow starts and ends so far
 	flows  atomic.Int64 // the schedule's flows: two events each
-	ended   atomic.Bool
+	ended  atomic.Bool
 }
 
 func newLineProgress(w io.Writer, command, what string, total int) *lineProgress {
