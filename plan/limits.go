@@ -66,8 +66,12 @@ func (e *OpsLimitError) Error() string {
 		return fmt.Sprintf("the source and destination layouts meet in %s regions, each at least one op (limit %s ops): raise the limit with --max-ops",
 			FormatCount(e.Ops), FormatCount(e.Limit))
 	}
+	ops, limit := FormatCount(e.Ops), FormatCount(e.Limit)
+	if ops == limit { // rounded alike: say both exactly
+		ops, limit = strconv.FormatInt(e.Ops, 10), strconv.FormatInt(e.Limit, 10)
+	}
 	return fmt.Sprintf("the schedule would have at least %s ops at a %s chunk (limit %s): use a larger --chunk, or raise the limit with --max-ops",
-		FormatCount(e.Ops), chunkName(e.Chunk), FormatCount(e.Limit))
+		ops, chunkName(e.Chunk), limit)
 }
 
 func chunkName(b int64) string {

@@ -83,7 +83,7 @@ process per GPU under torchrun, srun or mpirun.`)
 	irIn := fs.String("ir", "", "run this schedule IR file instead of a scenario")
 	topoName := fs.String("topology", "", "with --ir: the topology preset for the simulated and SOL columns")
 	profile := fs.Bool("profile", false, "also report when each GPU stream finished its part of an iteration (where the time goes)")
-	modelName := fs.String("model", "hgx-h200-measured", "the measured preset that models this machine: a name, or a file `m2n calibrate` wrote (docs/calibration.md)")
+	modelName := fs.String("model", "hgx-h200-measured", "the measured preset that models this machine: a name, or a `file` m2n calibrate wrote (docs/calibration.md)")
 	var sel selection
 	sel.register(fs)
 	pos, err := fs.parse(args)

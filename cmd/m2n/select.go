@@ -80,7 +80,7 @@ func (sel *selection) resolve(sc *scenario.Scenario) ([]*scenario.Point, error) 
 		out = append(out, p)
 	}
 	if f := unmatchedPoint(all, sel.points); f != "" || len(out) == 0 {
-		return nil, usagef("--point %s matches no sweep point", cmp.Or(f, sel.points.String()))
+		return nil, usagef("--point %s matches no sweep point%s", cmp.Or(f, sel.points.String()), sweepValues(sc))
 	}
 	return out, nil
 }
@@ -182,4 +182,21 @@ func (sel *selection) opsLimit() int64 {
 // (plan.OpBytes each), and at least plan.DefaultMaxOps.
 func defaultMaxOps(mem int64) int64 {
 	return max(plan.DefaultMaxOps, mem/plan.OpBytes)
+}
+
+// sweepValues lists a scenario's sweeps and their values, for an error
+// about --point: "; the sweeps: gpus = 64, 128 | dst = bf16, fp8_e4m3".
+func sweepValues(sc *scenario.Scenario) string {
+	if len(sc.Sweeps) == 0 {
+		return "; the scenario has no sweeps"
+	}
+	var parts []string
+	for _, sw := range sc.Sweeps {
+		var vs []string
+		for _, v := range sw.Values {
+			vs = append(vs, scenario.FormatValue(v))
+		}
+		parts = append(parts, sw.Name+" = "+strings.Join(vs, ", "))
+	}
+	return "; the sweeps: " + strings.Join(parts, " | ")
 }

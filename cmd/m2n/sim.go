@@ -29,7 +29,7 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 	modelName := fs.String("model", "", "model each route as m2n's GPU executor runs it on a measured machine: a measured preset's name or file (docs/calibration.md)")
 	launch := fs.String("launch", "one-process", "with --model: one-process, or per-gpu (one process per GPU under a launcher)")
 	transport := fs.String("transport", "", "with --model: nccl (the default between GPUs) or copy (device copies; the default with --loopback)")
-	loopback := fs.Bool("loopback", false, "with --model: every rank on one GPU of the machine, as `m2n run --backend loopback` runs it")
+	loopback := fs.Bool("loopback", false, "with --model: every rank on one GPU of the machine, as m2n run --backend loopback runs it")
 	execName := fs.String("executor", "", "model each route as m2n's GPU executor runs it, with the executor costs of this measured preset (name or file) on the scenario's own rates")
 	workers := jobsFlag(fs)
 	var sel selection
