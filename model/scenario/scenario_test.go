@@ -51,9 +51,11 @@ func TestParseMinimal(t *testing.T) {
 
 func TestShippedScenariosParse(t *testing.T) {
 	files, _ := filepath.Glob("../../scenarios/*.toml")
-	if len(files) == 0 {
+	examples, _ := filepath.Glob("../../examples/*.toml") // the README's
+	if len(files) == 0 || len(examples) == 0 {
 		t.Fatal("no scenarios found")
 	}
+	files = append(files, examples...)
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
