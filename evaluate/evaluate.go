@@ -38,6 +38,11 @@ type Record struct {
 	Resources     []sim.ResourceStat // the resources summed by class (sim.ByClass)
 	// Memory is what the schedule holds on its busiest GPU.
 	Memory Memory
+	// Framework is the frameworks' costs the user gave
+	// ([workload.framework]): the busiest trainer rank's export and the
+	// busiest generator rank's load; nil without them. The refit then
+	// takes Framework.Export + Modeled + Framework.Load.
+	Framework *FrameworkTime
 	// Models says what the modeled time includes (Scope).
 	Models string
 	// ModeledHostIssue is the host's time to issue the schedule in the
@@ -169,6 +174,9 @@ type Options struct {
 	// which it replaces) with the schedule's SOL bound: an estimate of the
 	// makespan, for a progress bar. It changes nothing in the record.
 	Progress func(p sim.Progress, sol units.Time)
+	// Framework is the frameworks' own costs around the transfer, as the
+	// user measured them ([workload.framework]); nil: none.
+	Framework *scenario.FrameworkCosts
 }
 
 // Build plans a route at a sweep point.
@@ -236,6 +244,54 @@ func Models(executor bool) string {
 	return "data movement over the links (achievable rates, op latencies)"
 }
 
+// FrameworkTime is the frameworks' time around one refit.
+type FrameworkTime struct {
+	Export, Load units.Time
+}
+
+// FrameworkOf charges the user's framework costs to a schedule: each rank
+// exports the tensors of its input buffers and loads those of its output
+// buffers (per tensor, and per GiB of their bytes); ranks work in
+// parallel, so the busiest exporter and the busiest loader count.
+func FrameworkOf(s *ir.Schedule, c *scenario.FrameworkCosts) *FrameworkTime {
+	if c == nil {
+		return nil
+	}
+	type share struct {
+		tensors map[int]bool
+		bytes   int64
+	}
+	in, out := map[int]*share{}, map[int]*share{}
+	for i := range s.Buffers {
+		b := &s.Buffers[i]
+		var m map[int]*share
+		switch b.Kind {
+		case ir.Input:
+			m = in
+		case ir.Output:
+			m = out
+		default:
+			continue
+		}
+		sh := m[b.Rank]
+		if sh == nil {
+			sh = &share{tensors: map[int]bool{}}
+			m[b.Rank] = sh
+		}
+		sh.tensors[b.Tensor] = true
+		sh.bytes += b.Bytes
+	}
+	cost := func(m map[int]*share, perTensor, perGiB units.Time) units.Time {
+		var most units.Time
+		for _, sh := range m {
+			t := units.Time(len(sh.tensors))*perTensor + units.Time(float64(sh.bytes)/(1<<30)*float64(perGiB)+0.5)
+			most = max(most, t)
+		}
+		return most
+	}
+	return &FrameworkTime{Export: cost(in, c.ExportPerTensor, c.ExportPerGiB), Load: cost(out, c.LoadPerTensor, c.LoadPerGiB)}
+}
+
 // Memory is a schedule's memory on one GPU (all the ranks it hosts): the
 // weights it holds for the refit (source shards and destination weights,
 // in the destination dtype with FP8 scales), its staging peak, and their
@@ -290,7 +346,7 @@ func MemoryOf(s *ir.Schedule, tp *topo.Topology) Memory {
 // schedule and bounds its route over the schedule's tensors. A failure of
 // either is an error, never a zero in the record.
 func Schedule(s *ir.Schedule, tp *topo.Topology, opt Options) (Record, *sim.Result, error) {
-	rec := Record{Route: s.Route, Ideal: opt.Sim.Ideal, Ops: len(s.Ops), ModeledOn: tp.Preset, Memory: MemoryOf(s, tp)}
+	rec := Record{Route: s.Route, Ideal: opt.Sim.Ideal, Ops: len(s.Ops), ModeledOn: tp.Preset, Memory: MemoryOf(s, tp), Framework: FrameworkOf(s, opt.Framework)}
 	sol, err := plan.Bound(s.Route, s.Tensors, tp)
 	if err != nil {
 		return rec, nil, fmt.Errorf("SOL bound: %w", err)

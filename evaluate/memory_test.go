@@ -4,7 +4,9 @@ import (
 	"testing"
 
 	"github.com/m2n-project/m2n/ir"
+	"github.com/m2n-project/m2n/model/scenario"
 	"github.com/m2n-project/m2n/model/topo"
+	"github.com/m2n-project/m2n/model/units"
 )
 
 // Memory per GPU sums the ranks a GPU hosts (colocated trainer and
@@ -38,5 +40,29 @@ func TestMemoryOf(t *testing.T) {
 	s.Buffers[3].Bytes = 130
 	if got := MemoryOf(s, &topo.Topology{}); got.GPU != 1 || got.ResidentBytes != 10 || got.StagingBytes != 155 || got.TotalBytes != 165 {
 		t.Errorf("%+v, want GPU 1: 10 resident + 155 staging", got)
+	}
+}
+
+// The framework's time is the busiest exporter's plus the busiest
+// loader's, each per tensor and per GiB of its own buffers; none given,
+// none charged.
+func TestFrameworkOf(t *testing.T) {
+	const gib = 1 << 30
+	s := &ir.Schedule{Buffers: []ir.Buffer{
+		{Rank: 0, Kind: ir.Input, Tensor: 0, Bytes: gib},
+		{Rank: 0, Kind: ir.Input, Tensor: 1, Bytes: gib},
+		{Rank: 1, Kind: ir.Input, Tensor: 0, Bytes: gib},
+		{Rank: 2, Kind: ir.Output, Tensor: 0, Bytes: gib},
+		{Rank: 2, Kind: ir.Output, Tensor: 1, Bytes: gib},
+		{Rank: 2, Kind: ir.Staging, Tensor: 1, Bytes: 5 * gib},
+	}}
+	c := &scenario.FrameworkCosts{ExportPerTensor: units.Millisecond, ExportPerGiB: 10 * units.Millisecond,
+		LoadPerTensor: 2 * units.Millisecond, LoadPerGiB: 5 * units.Millisecond}
+	got := FrameworkOf(s, c)
+	if got == nil || got.Export != 22*units.Millisecond || got.Load != 14*units.Millisecond {
+		t.Errorf("%+v, want export 22 ms (rank 0: 2 tensors, 2 GiB), load 14 ms (rank 2: 2 tensors, 2 GiB)", got)
+	}
+	if FrameworkOf(s, nil) != nil {
+		t.Error("no costs given, yet a framework time")
 	}
 }

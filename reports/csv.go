@@ -12,7 +12,7 @@ import (
 // reports/table.go).
 var csvLayout = []string{"route", "bytes", "sol", "sol_term", "modeled", "ratio",
 	"measured", "error", "measured_source", "bottleneck", "bottleneck_utilization", "ideal",
-	"memory", "capacity", "fits"}
+	"memory", "capacity", "fits", "framework", "refit"}
 
 // CSVColumns are the fixed columns of the CSV, after one column per sweep
 // (named by the sweep; "point." + name where it would clash with these).

@@ -109,6 +109,9 @@ func ResultsTable(r *Report) string {
 		names = append(names, "bytes")
 	}
 	names = append(names, "sol", "modeled", "ratio")
+	if hasFramework(r.Rows) {
+		names = append(names, "framework", "refit")
+	}
 	if hasMeasured {
 		names = append(names, "measured", "error")
 	}

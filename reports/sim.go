@@ -37,6 +37,7 @@ type simRecord struct {
 	Models        string           `json:"models"`
 	Excludes      string           `json:"excludes"`
 	Memory        memoryJSON       `json:"memory"`
+	Framework     *frameworkJSON   `json:"framework,omitempty"` // with [workload.framework]
 }
 
 type bottleneckJSON struct {
@@ -61,6 +62,9 @@ func simJSON(r *Row) simRecord {
 		HostIssue: r.ModeledHostIssue.Seconds(),
 		Models:    r.Models, Excludes: evaluate.Excludes, Memory: memJSON(r.Memory),
 	}
+	if f := r.Framework; f != nil {
+		j.Framework = &frameworkJSON{f.Export.Seconds(), f.Load.Seconds(), (f.Export + r.Modeled + f.Load).Seconds()}
+	}
 	if r.Point != nil {
 		j.Point = r.Point.Map()
 	}
@@ -72,6 +76,13 @@ func simJSON(r *Row) simRecord {
 		j.Resources = append(j.Resources, resourceJSON{c.Class, c.Bytes, c.Busy.Seconds(), c.Utilization})
 	}
 	return j
+}
+
+// frameworkJSON is the user's framework costs charged to a record.
+type frameworkJSON struct {
+	ExportSeconds float64 `json:"export_s"`
+	LoadSeconds   float64 `json:"load_s"`
+	RefitSeconds  float64 `json:"refit_s"` // export + modeled + load
 }
 
 // memoryJSON is evaluate.Memory in a record: the busiest GPU's.
@@ -142,7 +153,11 @@ func WriteSimTable(w io.Writer, scenario, topology string, rows []Row, skips []e
 	// Ideal times are not what a measurement compares with: under --ideal
 	// the table leaves the measured and error columns out.
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	names := []string{"point", "route", "sol", "modeled", "ratio", "bottleneck", "memory", "fits"}
+	names := []string{"point", "route", "sol", "modeled", "ratio"}
+	if hasFramework(rows) {
+		names = append(names, "framework", "refit")
+	}
+	names = append(names, "bottleneck", "memory", "fits")
 	if !ideal {
 		names = append(names, "measured", "error")
 	}

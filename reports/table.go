@@ -155,6 +155,24 @@ var columns = map[string]column{
 		}
 		return "NO (" + units.Bytes(r.Memory.CapacityBytes).Human() + ")"
 	}},
+	"framework": {head: [3]string{"framework", "framework", "framework_s"}, align: "---:", cell: func(_ *results, r *Row, f format) string {
+		if r.Framework == nil {
+			if f == asCSV {
+				return ""
+			}
+			return "-"
+		}
+		return seconds(r.Framework.Export+r.Framework.Load, f)
+	}},
+	"refit": {head: [3]string{"with framework", "with framework", "refit_s"}, align: "---:", cell: func(_ *results, r *Row, f format) string {
+		if r.Framework == nil {
+			if f == asCSV {
+				return ""
+			}
+			return "-"
+		}
+		return seconds(r.Framework.Export+r.Modeled+r.Framework.Load, f)
+	}},
 	"ideal": {head: [3]string{"", "", "ideal"}, cell: func(t *results, _ *Row, _ format) string { return strconv.FormatBool(t.ideal) }},
 }
 
@@ -212,4 +230,14 @@ func (t *results) cells(cols []column, r *Row, f format) []string {
 		out[i] = c.cell(t, r, f)
 	}
 	return out
+}
+
+// hasFramework reports whether any row has the user's framework costs.
+func hasFramework(rows []Row) bool {
+	for i := range rows {
+		if rows[i].Framework != nil {
+			return true
+		}
+	}
+	return false
 }

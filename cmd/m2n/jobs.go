@@ -141,6 +141,9 @@ type simJob struct {
 // evalOptions are the evaluation options of the job.
 func (j simJob) evalOptions(opt sim.Options, t task) evaluate.Options {
 	eo := evaluate.Options{Sim: opt, References: j.refs, Progress: t.sim, Machine: j.machine, Executor: j.executor}
+	if j.point != nil {
+		eo.Framework = j.point.Framework
+	}
 	if j.machine != nil && opt.Loopback {
 		eo.LoopbackMemory = j.machine.Memory
 		eo.Sim.Loopback = false // LoopbackMemory sets it

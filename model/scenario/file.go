@@ -138,7 +138,21 @@ type WorkloadSpec struct {
 	// embedding, head and final norm): the model's own shapes at a size a
 	// small machine holds.
 	Layers *int `toml:"layers"`
+	// Framework is the frameworks' own costs around the transfer, as the
+	// user measured them; absent: none modeled.
+	Framework *FrameworkSpec `toml:"framework"`
 	QuantSpec
+}
+
+// FrameworkSpec is [workload.framework]: what the trainer pays to export
+// its weights and the generator to load them, per tensor and per GiB of
+// each rank's share, as the user measured them on their framework. Every
+// cost is 0 unless given.
+type FrameworkSpec struct {
+	ExportPerTensor *units.Time `toml:"export_per_tensor"`
+	ExportPerGiB    *units.Time `toml:"export_per_gib"`
+	LoadPerTensor   *units.Time `toml:"load_per_tensor"`
+	LoadPerGiB      *units.Time `toml:"load_per_gib"`
 }
 
 // TrainerSpec is a Megatron-LM trainer's layout. Unset sizes are 1, except

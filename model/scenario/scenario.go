@@ -70,6 +70,20 @@ type Point struct {
 	Chunk    *units.Bytes // nil means the planner's default
 	// StagingCap bounds each GPU's staging memory; nil (or 0): no cap.
 	StagingCap *units.Bytes
+	// Framework is the frameworks' costs around the transfer
+	// ([workload.framework]); nil: none given.
+	Framework *FrameworkCosts
+}
+
+// FrameworkCosts are what the trainer pays to export its weights and the
+// generator to load them, per tensor and per GiB (2^30 bytes) of a rank's
+// share, as a user measured them; each is 0 unless given. Ranks export and
+// load in parallel, the export before the transfer and the load after it:
+// the time they add is the busiest trainer rank's export plus the busiest
+// generator rank's load.
+type FrameworkCosts struct {
+	ExportPerTensor, ExportPerGiB units.Time
+	LoadPerTensor, LoadPerGiB     units.Time
 }
 
 // Tensor is one tensor to move, with both layouts resolved to global ranks.
@@ -479,6 +493,24 @@ func (s *Scenario) resolve(f *File, p *Point) error {
 		}
 		p.Tensors = append(p.Tensors, ts...)
 		ranks = append(ranks, wranks...)
+		if fw := f.Workload.Framework; fw != nil {
+			c := &FrameworkCosts{}
+			for _, x := range []struct {
+				name string
+				v    *units.Time
+				dst  *units.Time
+			}{{"export_per_tensor", fw.ExportPerTensor, &c.ExportPerTensor}, {"export_per_gib", fw.ExportPerGiB, &c.ExportPerGiB},
+				{"load_per_tensor", fw.LoadPerTensor, &c.LoadPerTensor}, {"load_per_gib", fw.LoadPerGiB, &c.LoadPerGiB}} {
+				if x.v == nil {
+					continue
+				}
+				if *x.v < 0 {
+					return fmt.Errorf("workload.framework.%s = %v: must not be negative", x.name, *x.v)
+				}
+				*x.dst = *x.v
+			}
+			p.Framework = c
+		}
 	}
 	tp, err := topologyFrom(f.Topology, ranks)
 	if err != nil {
