@@ -2,6 +2,7 @@ package reports
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"image/color"
 	"math"
@@ -423,15 +424,9 @@ func setX(c *chart, l Layout) {
 	xs := append([]float64(nil), a.X...)
 	sort.Float64s(xs)
 	lo, hi := xs[0], xs[len(xs)-1]
-	label := a.Name
-	switch a.Unit {
-	case "B":
-		label += " (bytes)"
-	case "B/s":
-		label += " (bytes per second)"
-	case "s":
-		label += " (time)"
-	}
+	// The title; the ticks carry the unit (the scenario's own text, or
+	// the unit's), and a log axis says so.
+	label := cmp.Or(a.Title, a.Name)
 	if a.Log {
 		label += ", log scale"
 	}
@@ -510,10 +505,18 @@ func latencyChart(r *Report) (*chart, error) {
 
 	skipped := 0
 	// SOL lines underneath, then modeled marks, then measurements on top.
+	// A SOL line that coincides with one drawn before it (agbcast's and
+	// nemo-legacy's bound are often equal) is drawn dashed over it, so
+	// both colours show.
+	var drawn []plotter.XYs
 	for _, s := range ss {
 		col := routeColor(s.route).RGBA
 		st := styleOf(s.group)
 		sol := vs.plotted(s.sol, &skipped)
+		if len(st.dashes) == 0 && coincides(sol, drawn) {
+			st.dashes = []vg.Length{vg.Points(7), vg.Points(5)}
+		}
+		drawn = append(drawn, sol)
 		if len(sol) == 1 || l.Axis.Categorical {
 			sc, err := plotter.NewScatter(sol)
 			if err != nil {
@@ -740,4 +743,25 @@ func shorten(s string, n int) string {
 		return s
 	}
 	return string(rs[:n-3]) + "..."
+}
+
+// coincides reports whether a line's points all lie within 0.5% of one of
+// the lines drawn (same x, y within 0.5%).
+func coincides(line plotter.XYs, drawn []plotter.XYs) bool {
+	for _, d := range drawn {
+		if len(d) != len(line) || len(d) == 0 {
+			continue
+		}
+		same := true
+		for i := range d {
+			if d[i].X != line[i].X || math.Abs(d[i].Y-line[i].Y) > 0.005*math.Abs(d[i].Y) {
+				same = false
+				break
+			}
+		}
+		if same {
+			return true
+		}
+	}
+	return false
 }

@@ -1,6 +1,7 @@
 package reports
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -263,7 +264,8 @@ func (r *Report) measuredLabel() string {
 // Axis is a swept parameter as charted: its values as positions on the
 // horizontal axis, with the unit those positions are in.
 type Axis struct {
-	Name string // the sweep's name, e.g. "rho"
+	Name  string // the sweep's name, e.g. "rho"
+	Title string // the axis's title in charts: the sweep's label, else Name
 	// Unit is the unit of X: "B" (bytes), "B/s" (bytes per second), "s"
 	// (seconds), or "" for plain numbers and categories.
 	Unit string
@@ -281,7 +283,7 @@ type Axis struct {
 // ("10us") are numbers in bytes, bytes per second or seconds; anything else
 // (lists, names) is a category.
 func AxisOf(sw scenario.Sweep) Axis {
-	a := Axis{Name: sw.Name, Values: sw.Values}
+	a := Axis{Name: sw.Name, Title: cmp.Or(sw.Label, sw.Name), Values: sw.Values}
 	for _, v := range sw.Values {
 		a.Labels = append(a.Labels, scenario.FormatValue(v))
 	}

@@ -185,7 +185,10 @@ type GeneratorSpec struct {
 // point i, and Values are the x-axis values (numbers) that name the points.
 // Several sweeps form their cartesian product.
 type SweepSpec struct {
-	Name   string                      `toml:"name"`
+	Name string `toml:"name"`
+	// Label names the axis in charts and reports ("generator GPUs (the
+	// trainer grows too)"); default: the name.
+	Label  string                      `toml:"label"`
 	Key    string                      `toml:"key"`
 	Values []toml.Primitive            `toml:"values"`
 	Set    map[string][]toml.Primitive `toml:"set"`

@@ -40,6 +40,7 @@ type Scenario struct {
 // Sweep is one swept axis.
 type Sweep struct {
 	Name   string // axis name, as in records' "point"
+	Label  string // the axis's title in charts ("" : Name)
 	Keys   []string
 	Values []any // the axis values naming each point (int64, float64, string, or []any)
 }
@@ -256,7 +257,7 @@ func (s *Scenario) readSweeps(f *File, md toml.MetaData) error {
 				return s.errorf("%s.values[%d]: %v", at, j, err)
 			}
 		}
-		s.Sweeps = append(s.Sweeps, Sweep{Name: name, Keys: keys, Values: vals})
+		s.Sweeps = append(s.Sweeps, Sweep{Name: name, Label: sw.Label, Keys: keys, Values: vals})
 	}
 	return nil
 }
