@@ -49,6 +49,7 @@ type lineTask struct {
 	start  time.Time
 	events atomic.Int64 // flow starts and ends so far
 	flows  atomic.Int64 // the schedule's flows: two events each
+	at     atomic.Int64 // when the simulation last reported (wall clock, ns)
 	ended  atomic.Bool
 }
 
@@ -89,6 +90,7 @@ func (lp *lineProgress) task(label string) task {
 func (t *lineTask) sim(p sim.Progress, _ units.Time) {
 	t.flows.Store(int64(p.Flows))
 	t.events.Store(p.Events)
+	t.at.Store(wallClock().UnixNano())
 }
 
 func (t *lineTask) done() {
@@ -135,7 +137,8 @@ func (lp *lineProgress) line(now time.Time) string {
 	}
 	type run struct {
 		label   string
-		elapsed time.Duration
+		elapsed time.Duration // so far
+		total   time.Duration // estimated: from its last report's share of events and time
 		frac    float64
 	}
 	var runs []run
@@ -147,7 +150,10 @@ func (lp *lineProgress) line(now time.Time) string {
 			r.frac = min(1, float64(t.events.Load())/float64(2*flows))
 		}
 		if r.frac > 0 {
-			guessSum += time.Duration(float64(r.elapsed) / r.frac)
+			// From when it reported, not from now: a simulation that
+			// reports rarely does not seem to slow down between reports.
+			r.total = time.Duration(float64(time.Unix(0, t.at.Load()).Sub(t.start)) / r.frac)
+			guessSum += r.total
 			guesses++
 		}
 		runs = append(runs, r)
@@ -160,7 +166,7 @@ func (lp *lineProgress) line(now time.Time) string {
 		for _, r := range runs {
 			switch {
 			case r.frac > 0:
-				left += time.Duration(float64(r.elapsed) * (1 - r.frac) / r.frac)
+				left += max(0, r.total-r.elapsed)
 			default:
 				left += max(0, mean-r.elapsed)
 			}

@@ -13,6 +13,9 @@ import (
 // queued ones at the mean finished task, over the tasks running at once.
 func TestProgressLine(t *testing.T) {
 	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	defer func(f func() time.Time) { wallClock = f }(wallClock)
+	now := t0
+	wallClock = func() time.Time { return now } // when the simulations report
 	lp := &lineProgress{command: "sim", what: "simulations", total: 5, start: t0, running: map[*lineTask]bool{}}
 	a := &lineTask{p: lp, label: "rho=2 flat", start: t0}
 	lp.running[a] = true
@@ -20,6 +23,7 @@ func TestProgressLine(t *testing.T) {
 		t.Errorf("got  %q\nwant %q", got, want)
 	}
 	// a is half way at 10 s: 20 s a task; 4 queued after it.
+	now = t0.Add(10 * time.Second)
 	a.sim(sim.Progress{Events: 50, Flows: 50}, 0)
 	if got, want := lp.line(t0.Add(10*time.Second)), "m2n sim: 0 of 5 simulations done, 10s so far, about 1m30s left (running: rho=2 flat 50% of its events)"; got != want {
 		t.Errorf("got  %q\nwant %q", got, want)
@@ -32,8 +36,15 @@ func TestProgressLine(t *testing.T) {
 	b := &lineTask{p: lp, label: "rho=4 flat", start: t0.Add(50 * time.Second)}
 	c := &lineTask{p: lp, label: "rho=4 agbcast", start: t0.Add(50 * time.Second)}
 	lp.running[b], lp.running[c] = true, true
+	now = t0.Add(60 * time.Second)
 	b.sim(sim.Progress{Events: 25, Flows: 50}, 0)
 	if got, want := lp.line(t0.Add(60*time.Second)), "m2n sim: 2 of 5 simulations done, 1m0s so far, about 40s left (running: rho=4 agbcast; rho=4 flat 25% of its events)"; got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+	// 20 s on without a report from b: its estimate stands (40 s in all,
+	// 10 s left of it), c at the mean (none left), the queued one's 30 s:
+	// 40 s over the two running.
+	if got, want := lp.line(t0.Add(80*time.Second)), "m2n sim: 2 of 5 simulations done, 1m20s so far, about 20s left (running: rho=4 agbcast; rho=4 flat 25% of its events)"; got != want {
 		t.Errorf("got  %q\nwant %q", got, want)
 	}
 }
