@@ -71,10 +71,13 @@ type PlanRoute struct {
 
 // PlanOutput is the output of `m2n plan`: its JSON form is `--json`'s.
 type PlanOutput struct {
-	Scenario    string       `json:"scenario"`
-	Description string       `json:"-"`
-	Tensors     []PlanTensor `json:"tensors"`
-	Routes      []PlanRoute  `json:"routes"`
+	Scenario    string `json:"scenario"`
+	Description string `json:"-"`
+	// Summary: the text regions table has a line per point (its tensors
+	// summed) instead of a line per tensor (`m2n plan --summary`).
+	Summary bool         `json:"-"`
+	Tensors []PlanTensor `json:"tensors"`
+	Routes  []PlanRoute  `json:"routes"`
 }
 
 // NewPlanRoute summarizes the schedule of one route at a point.
@@ -121,6 +124,34 @@ func WritePlanTable(w io.Writer, out PlanOutput, check bool) error {
 func WritePlanRegions(w io.Writer, out PlanOutput) error {
 	fmt.Fprintf(w, "scenario %s: %s\n\nregions\n", out.Scenario, out.Description)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if out.Summary {
+		// A line per point: its tensors summed.
+		fmt.Fprintln(tw, "point\ttensors\tunique\tregions\ttransfers\tlocal")
+		var order []string
+		sum := map[string]*[5]int64{}
+		for _, rec := range out.Tensors {
+			a := sum[rec.Label]
+			if a == nil {
+				a = &[5]int64{}
+				sum[rec.Label] = a
+				order = append(order, rec.Label)
+			}
+			a[0]++
+			a[1] += rec.UniqueBytes
+			a[2] += int64(rec.Regions)
+			a[3] += int64(rec.Transfers)
+			a[4] += int64(rec.LocalCopies)
+		}
+		for _, l := range order {
+			a := sum[l]
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\n", l, a[0], units.Bytes(a[1]).Human(), a[2], a[3], a[4])
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		_, err := fmt.Fprintf(w, "(a line per tensor: m2n plan without --summary)\n\nschedules (bytes by path: network / NVLink / local copies)\n")
+		return err
+	}
 	fmt.Fprintln(tw, "point\ttensor\tunique\tneed/dst rank\tregions\ttransfers\tlocal\tegress/src rank\tdigest")
 	for _, rec := range out.Tensors {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n",

@@ -3,6 +3,7 @@ package reports
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -83,6 +84,16 @@ type frameworkJSON struct {
 	ExportSeconds float64 `json:"export_s"`
 	LoadSeconds   float64 `json:"load_s"`
 	RefitSeconds  float64 `json:"refit_s"` // export + modeled + load
+}
+
+// firstClasses is the first row's tensor classes that has any.
+func firstClasses(rows []Row) []evaluate.Class {
+	for i := range rows {
+		if len(rows[i].TensorClasses) > 0 {
+			return rows[i].TensorClasses
+		}
+	}
+	return nil
 }
 
 // memoryJSON is evaluate.Memory in a record: the busiest GPU's.
@@ -207,10 +218,22 @@ func WriteSimTable(w io.Writer, scenario, topology string, rows []Row, skips []e
 
 // writeClasses writes each point's tensor classes once.
 func writeClasses(w io.Writer, rows []Row) error {
+	// Once when every point has the same classes (a sweep of the cluster,
+	// the NICs or the staging cap), else once per point.
+	same, points := true, map[string]bool{}
+	for i := range rows {
+		if len(rows[i].TensorClasses) == 0 {
+			continue
+		}
+		points[rows[i].Label()] = true
+		if !slices.Equal(rows[i].TensorClasses, firstClasses(rows)) {
+			same = false
+		}
+	}
 	seen := map[string]bool{}
 	for i := range rows {
 		r := &rows[i]
-		if len(r.TensorClasses) == 0 || seen[r.Label()] {
+		if len(r.TensorClasses) == 0 || seen[r.Label()] || same && len(seen) > 0 {
 			continue
 		}
 		seen[r.Label()] = true
@@ -218,7 +241,11 @@ func writeClasses(w io.Writer, rows []Row) error {
 		for _, c := range r.TensorClasses {
 			total += c.UniqueBytes
 		}
-		fmt.Fprintf(w, "\nworkload at point %s: %s in all, by class (weights: parameters as the frameworks store them)\n", r.Label(), units.Bytes(total).Human())
+		at := "at point " + r.Label()
+		if same && len(points) > 1 {
+			at = "at every point"
+		}
+		fmt.Fprintf(w, "\nworkload %s: %s in all, by class (weights: parameters as the frameworks store them)\n", at, units.Bytes(total).Human())
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "class\tweights\tbytes\tshare")
 		for _, c := range r.TensorClasses {

@@ -34,6 +34,7 @@ of each route; print a summary of both.`)
 	asJSON := fs.Bool("json", false, "print JSON on stdout (fields in docs/cli.md)")
 	irFile := fs.String("ir", "", "write the schedule IR as JSON to this file (needs one route and one point)")
 	check := fs.Bool("check", false, "run each schedule on the host reference executor and check every destination byte")
+	summary := fs.Bool("summary", false, "regions: a line per point, its tensors summed, instead of a line per tensor")
 	var sel selection
 	sel.register(fs)
 	progressMode := progressFlag(fs)
@@ -66,7 +67,7 @@ of each route; print a summary of both.`)
 			return usagef("--ir writes one schedule, but %d would be planned; pick one with --route and --point", n)
 		}
 	}
-	out := reports.PlanOutput{Scenario: sc.Name, Description: sc.Description, Tensors: []reports.PlanTensor{}, Routes: []reports.PlanRoute{}}
+	out := reports.PlanOutput{Scenario: sc.Name, Description: sc.Description, Tensors: []reports.PlanTensor{}, Routes: []reports.PlanRoute{}, Summary: *summary}
 	// Every schedule is built (fast) before any is checked (slow), so that
 	// the table's columns are known and each check's row can be printed as
 	// it ends.
