@@ -120,6 +120,8 @@ type simOutput struct {
 	Topology string      `json:"topology"`
 	Records  []simRecord `json:"records"`
 	Skipped  []skipJSON  `json:"skipped,omitempty"`
+	// Recommendations, with --recommend.
+	Recommendations []Recommendation `json:"recommendations,omitempty"`
 }
 
 // skipJSON is a route at a point not evaluated, and why.
@@ -131,8 +133,8 @@ type skipJSON struct {
 
 // SimJSON is the JSON output of `m2n sim --json` (docs/cli.md): the
 // scenario, the topology and a record per row.
-func SimJSON(scenario, topology string, rows []Row, skips []evaluate.Skip) any {
-	out := simOutput{Scenario: scenario, Topology: topology}
+func SimJSON(scenario, topology string, rows []Row, skips []evaluate.Skip, recs []Recommendation) any {
+	out := simOutput{Scenario: scenario, Topology: topology, Recommendations: recs}
 	for i := range rows {
 		out.Records = append(out.Records, simJSON(&rows[i]))
 	}

@@ -58,6 +58,7 @@ func TestGolden(t *testing.T) {
 		{"sim-paper-2gpu-references", []string{"sim", "paper-2gpu"}},
 		// A route past the staging cap is skipped with its reason; the others run.
 		{"sim-skip-over-cap", []string{"sim", "--staging-cap", "1KiB", "paper-2gpu"}},
+		{"sim-recommend", []string{"sim", "--recommend", "--staging-cap", "1KiB", "paper-2gpu"}},
 		{"sim-skip-over-cap-json", []string{"sim", "--json", "--staging-cap", "1KiB", "--route", "flat,agbcast", "paper-2gpu"}},
 		{"run-nccl-graph-refused", []string{"run", "--backend", "nccl", "--transport", "nccl", "--graph", "paper-2gpu"}},
 		{"run-bad-transport", []string{"run", "--backend", "nccl", "--transport", "bogus", "paper-2gpu"}},

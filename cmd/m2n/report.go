@@ -78,7 +78,7 @@ their old versions together.`)
 		return err
 	}
 	if *asJSON {
-		return printJSON(e.stdout, reports.SimJSON(sc.Name, tpName, recs, skips))
+		return printJSON(e.stdout, reports.SimJSON(sc.Name, tpName, recs, skips, nil))
 	}
 	fmt.Fprintf(e.stdout, "report of %s (%d simulations) written to %s:\n", sc.Name, len(recs), *outDir)
 	for _, f := range files {

@@ -29,6 +29,7 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 	modelName := fs.String("model", "", "model each route as m2n's GPU executor runs it on a measured machine: a measured preset's name or file (docs/calibration.md)")
 	launch := fs.String("launch", "one-process", "with --model: one-process, or per-gpu (one process per GPU under a launcher)")
 	transport := fs.String("transport", "", "with --model: nccl (the default between GPUs) or copy (device copies; the default with --loopback)")
+	recommend := fs.Bool("recommend", false, "also print, per point, the fastest route (and staging cap or chunk, where the scenario sweeps them) that fits in the GPUs' memory, and why each other loses")
 	loopback := fs.Bool("loopback", false, "with --model: every rank on one GPU of the machine, as m2n run --backend loopback runs it")
 	execName := fs.String("executor", "", "model each route as m2n's GPU executor runs it, with the executor costs of this measured preset (name or file) on the scenario's own rates")
 	workers := jobsFlag(fs)
@@ -92,6 +93,7 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 		return usagef("--launch and --transport model the executor: they need --model or --executor")
 	}
 	var scName, tpName string
+	var sweeps []scenario.Sweep // the scenario's (none for --ir)
 	var jobs []simJob
 	if *irIn != "" {
 		if len(pos) > 0 {
@@ -108,7 +110,7 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 		if err != nil {
 			return err
 		}
-		scName = sc.Name
+		scName, sweeps = sc.Name, sc.Sweeps
 		if jobs, tpName, err = simJobs(sc, points, &sel); err != nil {
 			return err
 		}
@@ -158,8 +160,18 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 	if fileOnStdout {
 		return nil
 	}
-	if *asJSON {
-		return printJSON(e.stdout, reports.SimJSON(scName, tpName, recs, skips))
+	var advice []reports.Recommendation
+	if *recommend {
+		advice = reports.Recommend(recs, skips, reports.ChoiceSweeps(sweeps))
 	}
-	return reports.WriteSimTable(e.stdout, scName, tpName, recs, skips, *ideal)
+	if *asJSON {
+		return printJSON(e.stdout, reports.SimJSON(scName, tpName, recs, skips, advice))
+	}
+	if err := reports.WriteSimTable(e.stdout, scName, tpName, recs, skips, *ideal); err != nil {
+		return err
+	}
+	if *recommend {
+		reports.WriteRecommendations(e.stdout, advice)
+	}
+	return nil
 }
