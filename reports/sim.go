@@ -30,6 +30,7 @@ type simRecord struct {
 	Measured      *float64         `json:"measured_s,omitempty"`
 	Error         *float64         `json:"error,omitempty"`
 	Source        string           `json:"measured_source,omitempty"`
+	Note          string           `json:"measured_note,omitempty"` // the reference's note, e.g. "approximate"
 	Ops           int              `json:"ops"`
 	Flows         int              `json:"flows"`
 	Events        int64            `json:"events"`
@@ -71,7 +72,7 @@ func simJSON(r *Row) simRecord {
 	}
 	if r.HasMeasured() {
 		m, e := r.Measured.Seconds(), r.MeasuredError()
-		j.Measured, j.Error, j.Source = &m, &e, r.MeasuredSource
+		j.Measured, j.Error, j.Source, j.Note = &m, &e, r.MeasuredSource, r.MeasuredNote
 	}
 	for _, c := range r.Resources {
 		j.Resources = append(j.Resources, resourceJSON{c.Class, c.Bytes, c.Busy.Seconds(), c.Utilization})

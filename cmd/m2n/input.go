@@ -17,6 +17,9 @@ const (
 	maxConfigBytes = 1 << 20
 	// maxPresetBytes bounds a measured preset (TOML, as a scenario).
 	maxPresetBytes = 4 << 20
+	// maxSimJSONBytes bounds m2n sim --json output read back by report
+	// --from (a record is a few KiB; a sweep of thousands fits).
+	maxSimJSONBytes = 256 << 20
 )
 
 // readCapped reads the file at path, at most limit bytes: a larger file is

@@ -28,6 +28,7 @@ their old versions together.`)
 	asJSON := fs.Bool("json", false, "print the simulation records as JSON on stdout, as m2n sim --json does")
 	ideal := fs.Bool("ideal", false, "line rates and zero latencies: the conditions of the SOL bound")
 	outDir := fs.String("o", "", "the folder to write the report into (required; created if missing)")
+	from := fs.String("from", "", "make the report from this file of m2n sim --json records of the same scenario and selection, instead of simulating again")
 	workers := jobsFlag(fs)
 	var sel selection
 	sel.register(fs)
@@ -57,6 +58,17 @@ their old versions together.`)
 	if err != nil {
 		return err
 	}
+	if *from != "" {
+		data, err := readCapped(*from, maxSimJSONBytes, "m2n sim --json output")
+		if err != nil {
+			return fmt.Errorf("--from: %w", err)
+		}
+		recs, skips, err := reports.RecordsFromJSON(data, sc.Name, points)
+		if err != nil {
+			return fmt.Errorf("--from %s: %w", *from, err)
+		}
+		return finishReport(e, sc, recs, skips, tpName, *ideal, &sel, *outDir, *asJSON)
+	}
 	// A counter of the simulations and a line per running one on a
 	// terminal; nothing when stderr is a file or a pipe, or with --json.
 	pr := newProgress(e, "report", "simulations", len(jobs), *asJSON, *progressMode)
@@ -66,7 +78,12 @@ their old versions together.`)
 	if err != nil {
 		return err
 	}
-	rep := buildReport(sc, recs, *ideal, &sel)
+	return finishReport(e, sc, recs, skips, tpName, *ideal, &sel, *outDir, *asJSON)
+}
+
+// finishReport renders and writes the report of the records.
+func finishReport(e *env, sc *scenario.Scenario, recs []evaluate.Record, skips []evaluate.Skip, tpName string, ideal bool, sel *selection, outDir string, asJSON bool) error {
+	rep := buildReport(sc, recs, ideal, sel)
 	for _, k := range skips {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("Not evaluated: point %s, route %s: %s.", k.Label(), k.Route, k.Reason))
 	}
@@ -74,15 +91,15 @@ their old versions together.`)
 	if err != nil {
 		return fmt.Errorf("report: %w", err)
 	}
-	if err := writeReport(*outDir, files); err != nil {
+	if err := writeReport(outDir, files); err != nil {
 		return err
 	}
-	if *asJSON {
+	if asJSON {
 		return printJSON(e.stdout, reports.SimJSON(sc.Name, tpName, recs, skips, nil))
 	}
-	fmt.Fprintf(e.stdout, "report of %s (%d simulations) written to %s:\n", sc.Name, len(recs), *outDir)
+	fmt.Fprintf(e.stdout, "report of %s (%d simulations) written to %s:\n", sc.Name, len(recs), outDir)
 	for _, f := range files {
-		fmt.Fprintf(e.stdout, "  %s\n", filepath.Join(*outDir, f.Name))
+		fmt.Fprintf(e.stdout, "  %s\n", filepath.Join(outDir, f.Name))
 	}
 	return nil
 }

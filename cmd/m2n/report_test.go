@@ -367,3 +367,34 @@ func sortedNames[V any](m map[string]V) []string {
 	sort.Strings(out)
 	return out
 }
+
+// A report made from m2n sim --json's records is the report m2n report
+// makes by simulating: the same report.md, results.csv and charts.
+func TestReportFromSimJSON(t *testing.T) {
+	dir := t.TempDir()
+	simOut, stderr, code := run(t, "sim", "--json", "paper-ffn-moe")
+	if code != 0 {
+		t.Fatalf("sim: exit %d: %s", code, stderr)
+	}
+	recs := filepath.Join(dir, "sim.json")
+	if err := os.WriteFile(recs, []byte(simOut), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	if _, stderr, code := run(t, "report", "--from", recs, "-o", a, "paper-ffn-moe"); code != 0 {
+		t.Fatalf("report --from: exit %d: %s", code, stderr)
+	}
+	if _, stderr, code := run(t, "report", "-o", b, "paper-ffn-moe"); code != 0 {
+		t.Fatalf("report: exit %d: %s", code, stderr)
+	}
+	for _, f := range []string{"report.md", "results.csv", "latency.svg", "speedup.svg"} {
+		x, err1 := os.ReadFile(filepath.Join(a, f))
+		y, err2 := os.ReadFile(filepath.Join(b, f))
+		if err1 != nil || err2 != nil || !bytes.Equal(x, y) {
+			t.Errorf("%s differs between report --from and report (%v, %v)", f, err1, err2)
+		}
+	}
+	if _, stderr, code := run(t, "report", "--from", recs, "-o", filepath.Join(dir, "c"), "tensor-size"); code == 0 || !strings.Contains(stderr, `of scenario "paper-ffn-moe", not "tensor-size"`) {
+		t.Errorf("records of another scenario: exit %d: %s", code, stderr)
+	}
+}
