@@ -11,6 +11,7 @@ import (
 
 	"github.com/m2n-project/m2n/hostexec"
 	"github.com/m2n-project/m2n/ir"
+	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/model/scenario"
 	"github.com/m2n-project/m2n/model/units"
 	"github.com/m2n-project/m2n/plan"
@@ -81,7 +82,21 @@ of each route; print a summary of both.`)
 				return fmt.Errorf("point %s, tensor %s: %w", p.Label(), t.Name, err)
 			}
 			r.Dst.DType = t.Dst.DType // shown as asked: fp8_e4m3 where quantized
-			out.Tensors = append(out.Tensors, planTensor(p, t.Name, r))
+			rec := planTensor(p, t.Name, r)
+			if t.Quant.On() {
+				// What each destination holds is fp8: its need in the
+				// destination dtype; and the scale tensor's own row.
+				src, dstSize := t.Src.DType.Size(), t.Dst.DType.Size()
+				rec.NeedBytesMin, rec.NeedBytesMax = rec.NeedBytesMin/src*dstSize, rec.NeedBytesMax/src*dstSize
+				out.Tensors = append(out.Tensors, rec)
+				srec, err := scaleRow(p, t)
+				if err != nil {
+					return fmt.Errorf("point %s, tensor %s: %w", p.Label(), t.Name, err)
+				}
+				out.Tensors = append(out.Tensors, srec)
+				continue
+			}
+			out.Tensors = append(out.Tensors, rec)
 		}
 		routes, err := sel.routesOf(p)
 		if err != nil {
@@ -192,4 +207,24 @@ func planTensor(p *scenario.Point, tensor string, r *plan.Regions) reports.PlanT
 		EgressBytesMin: st.EgressMin, EgressBytesMax: st.EgressMax,
 		Digest: hex.EncodeToString(d[:]), Label: p.Label(),
 	}
+}
+
+// scaleRow is the regions row of a quantized tensor's scale tensor: moved
+// from the source's scales where the source holds whole blocks (quantized
+// there), else computed where the destination needs them (nothing moves).
+func scaleRow(p *scenario.Point, t scenario.Tensor) (reports.PlanTensor, error) {
+	dsl, err := layout.ScaleLayout(t.Dst, t.Quant)
+	if err != nil {
+		return reports.PlanTensor{}, err
+	}
+	ssl := dsl
+	if l, err := layout.ScaleLayout(t.Src, t.Quant); err == nil {
+		ssl = l
+		ssl.DType = layout.FP32
+	}
+	r, err := plan.Derive(ssl, dsl)
+	if err != nil {
+		return reports.PlanTensor{}, err
+	}
+	return planTensor(p, plan.ScaleName(t.Name, t.Quant), r), nil
 }
