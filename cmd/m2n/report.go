@@ -50,6 +50,12 @@ their old versions together.`)
 	if *outDir == atomicfile.Stdout {
 		return usagef("report: -o -: a report is several files, so it needs a folder, not the standard output")
 	}
+	if len(pos) > 1 {
+		if *from != "" || *asJSON {
+			return usagef("report: several scenarios (an overlay) take neither --from nor --json")
+		}
+		return overlayReport(ctx, e, pos, &sel, *ideal, *outDir, *progressMode, nworkers)
+	}
 	sc, points, err := sel.load(pos)
 	if err != nil {
 		return err
@@ -143,6 +149,74 @@ func writeReport(dir string, files []reports.File) error {
 	}
 	if err := atomicfile.WriteAll(dir, fs); err != nil {
 		return fmt.Errorf("-o %s: %w", dir, err)
+	}
+	return nil
+}
+
+// overlayReport reports several scenarios: each one's report in its own
+// folder DIR/NAME, and their latency charts on one set of axes in
+// DIR/overlay-latency.png and .svg. Everything is simulated and rendered
+// before anything is written.
+func overlayReport(ctx context.Context, e *env, args []string, sel *selection, ideal bool, outDir, progressMode string, workers int) error {
+	type one struct {
+		name  string
+		files []reports.File
+	}
+	var all []one
+	var reps []*reports.Report
+	seen := map[string]bool{}
+	for _, arg := range args {
+		sc, points, err := sel.load([]string{arg})
+		if err != nil {
+			return fmt.Errorf("%s: %w", arg, err)
+		}
+		if seen[sc.Name] {
+			return usagef("report: scenario %s given twice", sc.Name)
+		}
+		seen[sc.Name] = true
+		jobs, _, err := simJobs(sc, points, sel)
+		if err != nil {
+			return fmt.Errorf("%s: %w", sc.Name, err)
+		}
+		pr := newProgress(e, "report "+sc.Name, "simulations", len(jobs), false, progressMode)
+		recs, skips, err := simulateAll(ctx, jobs, sel, sim.Options{Ideal: ideal}, pr, workers)
+		pr.close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", sc.Name, err)
+		}
+		rep := buildReport(sc, recs, ideal, sel)
+		for _, k := range skips {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("Not evaluated: point %s, route %s: %s.", k.Label(), k.Route, k.Reason))
+		}
+		files, err := renderReport(rep)
+		if err != nil {
+			return fmt.Errorf("report of %s: %w", sc.Name, err)
+		}
+		all = append(all, one{sc.Name, files})
+		reps = append(reps, rep)
+	}
+	var overlay []reports.File
+	for _, f := range []struct{ name, format string }{{"overlay-latency.png", "png"}, {"overlay-latency.svg", "svg"}} {
+		b, err := reports.OverlayLatencyChart(reps, f.format)
+		if err != nil {
+			return err
+		}
+		overlay = append(overlay, reports.File{Name: f.name, Data: b})
+	}
+	for _, o := range all {
+		if err := writeReport(filepath.Join(outDir, o.name), o.files); err != nil {
+			return err
+		}
+	}
+	if err := writeReport(outDir, overlay); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "reports of %d scenarios written to %s:\n", len(all), outDir)
+	for _, o := range all {
+		fmt.Fprintf(e.stdout, "  %s/\n", filepath.Join(outDir, o.name))
+	}
+	for _, f := range overlay {
+		fmt.Fprintf(e.stdout, "  %s\n", filepath.Join(outDir, f.Name))
 	}
 	return nil
 }

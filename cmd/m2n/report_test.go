@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/m2n-project/m2n/reports"
+	"github.com/m2n-project/m2n/scenarios"
 )
 
 // The committed headline assets that `make report` regenerates.
@@ -396,5 +397,32 @@ func TestReportFromSimJSON(t *testing.T) {
 	}
 	if _, stderr, code := run(t, "report", "--from", recs, "-o", filepath.Join(dir, "c"), "tensor-size"); code == 0 || !strings.Contains(stderr, `of scenario "paper-ffn-moe", not "tensor-size"`) {
 		t.Errorf("records of another scenario: exit %d: %s", code, stderr)
+	}
+}
+
+// Several scenarios: each one's report in its own folder, and their
+// latency charts on one set of axes; axes that differ are an error.
+func TestReportOverlay(t *testing.T) {
+	dir := t.TempDir()
+	data, ok := scenarios.Lookup("paper-ffn-moe")
+	if !ok {
+		t.Fatal("no paper-ffn-moe")
+	}
+	other := filepath.Join(dir, "other.toml")
+	if err := os.WriteFile(other, bytes.Replace(data, []byte(`name = "paper-ffn-moe"`), []byte(`name = "other"`), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out")
+	if _, stderr, code := run(t, "report", "--scale", "0.01", "--route", "flat,hierarchical", "-o", out, "paper-ffn-moe", other); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	checkImage(t, filepath.Join(out, "overlay-latency.png"))
+	for _, f := range []string{"overlay-latency.svg", "paper-ffn-moe/report.md", "other/latency.png"} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Error(err)
+		}
+	}
+	if _, stderr, code := run(t, "report", "--scale", "0.01", "-o", filepath.Join(dir, "bad"), "paper-ffn-moe", "tensor-size"); code == 0 || !strings.Contains(stderr, "the axes differ") {
+		t.Errorf("axes that differ: exit %d: %s", code, stderr)
 	}
 }
