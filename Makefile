@@ -9,7 +9,7 @@ PURE     := ./model/... ./ir/... ./program/... ./hostexec/... ./plan/... ./sim/.
 FUZZTIME ?= 30s
 
 .DEFAULT_GOAL := help
-.PHONY: help build run report test lint purity bench fuzz clean gpu-test
+.PHONY: help build run report test lint purity bench fuzz clean gpu-test python python-install python-test
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -39,8 +39,19 @@ report: build ## regenerate the README's headline chart and table (docs/figures)
 	  README.md > out/README.md.tmp && mv out/README.md.tmp README.md
 	@echo "updated $(FIGURES) and the README's results table"
 
-test: lint purity ## lint, check the pure core has no cgo, run every test
+test: lint purity ## lint, check the pure core has no cgo, run every test (Go, then the Python package's)
 	$(GO) test -shuffle=on ./...
+	$(MAKE) python-test
+
+python: ## build libm2n.so (the C ABI) into python/m2n, for the Python package (docs/python.md)
+	$(GO) build -buildmode=c-shared -o python/m2n/libm2n.so ./cmd/libm2n
+	rm -f python/m2n/libm2n.h
+
+python-install: python ## copy the m2n package into the running python3's site-packages (a venv's when one is active): no download, no build tool
+	python3 -c 'import shutil, sysconfig; d = sysconfig.get_paths()["purelib"] + "/m2n"; shutil.copytree("python/m2n", d, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__")); print("installed m2n into", d)'
+
+python-test: python build ## the Python package's tests, without a GPU
+	cd python && M2N_BIN=$(CURDIR)/$(BIN) python3 -m unittest discover -s tests -v
 
 lint: ## gofmt, go vet, and the import rules of docs/architecture.md
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

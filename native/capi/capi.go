@@ -1,0 +1,320 @@
+//go:build cgo
+
+// Package capi is m2n's C ABI, built into libm2n.so by cmd/libm2n with
+// go build -buildmode=c-shared (make python): plan a schedule from a
+// scenario (TOML) or from tensors (JSON, the scenario file's keys), read
+// its IR back as JSON, simulate it, and run it on the host reference
+// executor with every destination byte checked. Each call returns its
+// result as a C string the caller frees with m2n_free, or 0 with the error
+// in *err (also to be freed); a panic inside becomes an error, never a
+// crash of the host process. Handles are plain integers; m2n_close
+// releases one. Running on the caller's GPU buffers and NCCL communicator
+// is not in this ABI yet.
+package capi
+
+/*
+#include <stdlib.h>
+#include <stdint.h>
+*/
+import "C"
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/m2n-project/m2n/evaluate"
+	"github.com/m2n-project/m2n/hostexec"
+	"github.com/m2n-project/m2n/ir"
+	"github.com/m2n-project/m2n/model/scenario"
+	"github.com/m2n-project/m2n/model/topo"
+	"github.com/m2n-project/m2n/plan"
+	"github.com/m2n-project/m2n/reports"
+	"github.com/m2n-project/m2n/scenarios"
+)
+
+// A plan held for the caller: its point (nil for none) and schedule.
+type held struct {
+	scenario string
+	refs     []scenario.Reference // the scenario's measurements
+	point    *scenario.Point
+	tp       *topo.Topology
+	s        *ir.Schedule
+}
+
+var (
+	mu    sync.Mutex
+	next  uint64 = 1
+	plans        = map[uint64]*held{}
+)
+
+func cstr(s string) *C.char { return C.CString(s) }
+
+// guard runs f, turning an error or a panic into *errOut.
+func guard(errOut **C.char, f func() error) (ok bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			if errOut != nil {
+				*errOut = cstr(fmt.Sprintf("m2n: internal error (a bug in m2n): %v\n%s", r, debug.Stack()))
+			}
+			ok = false
+		}
+	}()
+	if err := f(); err != nil {
+		if errOut != nil {
+			*errOut = cstr(err.Error())
+		}
+		return false
+	}
+	return true
+}
+
+func loader(name string) (string, []byte, error) {
+	if b, ok := scenarios.Model(name); ok {
+		return name + ".json", b, nil
+	}
+	return "", nil, fmt.Errorf("model %q: the C ABI takes built-in models only (%s)", name, strings.Join(scenarios.ModelNames(), ", "))
+}
+
+// planScenario plans one route at one point of a scenario document.
+func planScenario(doc, route, point string) (*held, error) {
+	if int64(len(doc)) > scenario.MaxFileBytes {
+		return nil, fmt.Errorf("scenario: %d bytes, more than %d", len(doc), scenario.MaxFileBytes)
+	}
+	sc, err := scenario.ParseWith("scenario", []byte(doc), loader)
+	if err != nil {
+		return nil, err
+	}
+	points, err := sc.Points()
+	if err != nil {
+		return nil, err
+	}
+	var p *scenario.Point
+	var labels []string
+	for _, q := range points {
+		labels = append(labels, q.Label())
+		if point == "" || q.Label() == point {
+			p = q
+			break
+		}
+	}
+	if p == nil {
+		return nil, fmt.Errorf("point %q: not a point of the scenario (its points: %s)", point, strings.Join(labels, "; "))
+	}
+	if route == "" {
+		route = plan.Hierarchical
+	}
+	opt := plan.Options{Route: route, Coalesce: plan.DefaultCoalesce}
+	if p.Chunk != nil {
+		opt.ChunkBytes = int64(*p.Chunk)
+	}
+	if p.StagingCap != nil {
+		opt.StagingCapBytes = int64(*p.StagingCap)
+	}
+	s, err := evaluate.Build(p, opt)
+	if err != nil {
+		return nil, err
+	}
+	return &held{scenario: sc.Name, refs: sc.References, point: p, tp: p.Topology, s: s}, nil
+}
+
+// tomlOf writes a JSON document with a scenario file's keys as TOML.
+func tomlOf(doc string) (string, error) {
+	dec := json.NewDecoder(strings.NewReader(doc))
+	dec.UseNumber()
+	var v map[string]any
+	if err := dec.Decode(&v); err != nil {
+		return "", fmt.Errorf("tensors: not a JSON object: %w", err)
+	}
+	var buf bytes.Buffer
+	if err := toml.NewEncoder(&buf).Encode(numbers(v)); err != nil {
+		return "", fmt.Errorf("tensors: %w", err)
+	}
+	return buf.String(), nil
+}
+
+// numbers turns JSON numbers into int64 where integral, float64 else.
+func numbers(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			return i
+		}
+		f, _ := x.Float64()
+		return f
+	case map[string]any:
+		for k, e := range x {
+			x[k] = numbers(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = numbers(e)
+		}
+	}
+	return v
+}
+
+func hold(h *held) C.uint64_t {
+	mu.Lock()
+	defer mu.Unlock()
+	id := next
+	next++
+	plans[id] = h
+	return C.uint64_t(id)
+}
+
+func lookup(id C.uint64_t) (*held, error) {
+	mu.Lock()
+	defer mu.Unlock()
+	h, ok := plans[uint64(id)]
+	if !ok {
+		return nil, fmt.Errorf("plan handle %d: not open (closed, or never returned by m2n_plan_*)", uint64(id))
+	}
+	return h, nil
+}
+
+// m2n_plan_scenario plans route (default hierarchical) at point (a label
+// as m2n prints it, e.g. "rho=2"; "" for the first) of a scenario
+// document (TOML). It returns a handle, or 0 with *err set.
+//
+//export m2n_plan_scenario
+func m2n_plan_scenario(doc, route, point *C.char, errOut **C.char) C.uint64_t {
+	var id C.uint64_t
+	guard(errOut, func() error {
+		h, err := planScenario(C.GoString(doc), C.GoString(route), C.GoString(point))
+		if err != nil {
+			return err
+		}
+		id = hold(h)
+		return nil
+	})
+	return id
+}
+
+// m2n_plan_json plans a scenario given as JSON with the scenario file's
+// keys (name, topology, meshes, tensors, ...), as m2n_plan_scenario.
+//
+//export m2n_plan_json
+func m2n_plan_json(doc, route, point *C.char, errOut **C.char) C.uint64_t {
+	var id C.uint64_t
+	guard(errOut, func() error {
+		t, err := tomlOf(C.GoString(doc))
+		if err != nil {
+			return err
+		}
+		h, err := planScenario(t, C.GoString(route), C.GoString(point))
+		if err != nil {
+			return err
+		}
+		id = hold(h)
+		return nil
+	})
+	return id
+}
+
+// m2n_ir returns the plan's schedule as IR JSON (docs/ir.md).
+//
+//export m2n_ir
+func m2n_ir(id C.uint64_t, errOut **C.char) *C.char {
+	var out *C.char
+	guard(errOut, func() error {
+		h, err := lookup(id)
+		if err != nil {
+			return err
+		}
+		var buf bytes.Buffer
+		if err := ir.Encode(&buf, h.s); err != nil {
+			return err
+		}
+		out = cstr(buf.String())
+		return nil
+	})
+	return out
+}
+
+// m2n_simulate simulates the plan on its scenario's topology and returns
+// the record m2n sim --json prints for it.
+//
+//export m2n_simulate
+func m2n_simulate(id C.uint64_t, errOut **C.char) *C.char {
+	var out *C.char
+	guard(errOut, func() error {
+		h, err := lookup(id)
+		if err != nil {
+			return err
+		}
+		opt := evaluate.Options{Framework: h.point.Framework}
+		rec, _, err := evaluate.Schedule(h.s, h.tp, opt)
+		if err != nil {
+			return err
+		}
+		// As evaluate.Point completes a record, on the schedule held.
+		rec.Point, rec.TensorClasses = h.point, evaluate.TensorClasses(h.point)
+		for _, ref := range h.refs {
+			if ref.Route == h.s.Route && ref.Matches(h.point) {
+				rec.Measured, rec.MeasuredSource, rec.MeasuredNote = ref.Measured, ref.Source, ref.Note
+			}
+		}
+		b, err := json.Marshal(reports.SimJSON(h.scenario, h.tp.Preset, []evaluate.Record{rec}, nil, nil))
+		if err != nil {
+			return err
+		}
+		out = cstr(string(b))
+		return nil
+	})
+	return out
+}
+
+// m2n_run_host runs the plan on the host reference executor over real
+// bytes (in a random valid order from seed) and checks every destination
+// byte; it returns {"ops", "checked_bytes", "wrong_bytes", "first_wrong"}.
+//
+//export m2n_run_host
+func m2n_run_host(id C.uint64_t, seed C.uint64_t, errOut **C.char) *C.char {
+	var out *C.char
+	guard(errOut, func() error {
+		h, err := lookup(id)
+		if err != nil {
+			return err
+		}
+		res, err := hostexec.Run(h.s, hostexec.Options{Seed: uint64(seed)})
+		if err != nil {
+			return err
+		}
+		b, _ := json.Marshal(map[string]any{"ops": res.Ops, "checked_bytes": res.Bytes, "wrong_bytes": res.Wrong, "first_wrong": res.FirstWrong})
+		out = cstr(string(b))
+		return nil
+	})
+	return out
+}
+
+// m2n_close releases a plan; closing one that is not open is an error.
+//
+//export m2n_close
+func m2n_close(id C.uint64_t, errOut **C.char) C.int {
+	ok := guard(errOut, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if _, ok := plans[uint64(id)]; !ok {
+			return errors.New("m2n_close: plan handle not open")
+		}
+		delete(plans, uint64(id))
+		return nil
+	})
+	if ok {
+		return 0
+	}
+	return 1
+}
+
+// m2n_free frees a string m2n returned.
+//
+//export m2n_free
+func m2n_free(p *C.char) { C.free(unsafe.Pointer(p)) }

@@ -1,0 +1,230 @@
+"""m2n from Python: plan, inspect, simulate and check M-to-N reshard schedules.
+
+Pure Python over ctypes and m2n's C ABI (libm2n.so, built by `make python`
+into this package); no PyTorch needed. docs/python.md has the whole story.
+
+    import m2n
+    with m2n.Plan.from_tensors(
+        [m2n.Tensor("w", [16, 2048, 7168], "bf16",
+                    src=m2n.Layout([2], [0, 1], ["S(0)"]),
+                    dst=m2n.Layout([2], [0, 1], ["R"]))],
+        topology={"preset": "hgx-h200", "gpus_per_domain": 1},
+        route="hierarchical") as plan:
+        plan.ir            # the Schedule IR as a dict (docs/ir.md)
+        plan.simulate()    # the record `m2n sim --json` prints
+        plan.check_on_host()  # run it over real bytes, every byte checked
+
+Running on a job's own GPU buffers and NCCL communicator is not here yet.
+"""
+
+import ctypes
+import json
+import os
+
+__all__ = ["M2NError", "Layout", "Tensor", "Plan", "placements_of", "DTYPES"]
+
+# The dtypes m2n moves, as scenario files name them.
+DTYPES = ("bf16", "fp16", "fp32", "fp64", "fp8_e4m3", "fp8_e5m2", "int8", "uint8", "int32", "int64")
+
+
+class M2NError(Exception):
+    """An error m2n reported: its message names the field and the value."""
+
+
+def _lib_path():
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.environ.get("M2N_LIB", os.path.join(here, "libm2n.so"))
+
+
+_lib = None
+
+
+def _load():
+    global _lib
+    if _lib is not None:
+        return _lib
+    path = _lib_path()
+    if not os.path.exists(path):
+        raise M2NError(f"{path}: no libm2n.so (build it with `make python`, or set M2N_LIB)")
+    lib = ctypes.CDLL(path)
+    cp = ctypes.c_void_p
+    errp = ctypes.POINTER(ctypes.c_void_p)
+    for name, args, res in [
+        ("m2n_plan_scenario", [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, errp], ctypes.c_uint64),
+        ("m2n_plan_json", [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, errp], ctypes.c_uint64),
+        ("m2n_ir", [ctypes.c_uint64, errp], cp),
+        ("m2n_simulate", [ctypes.c_uint64, errp], cp),
+        ("m2n_run_host", [ctypes.c_uint64, ctypes.c_uint64, errp], cp),
+        ("m2n_close", [ctypes.c_uint64, errp], ctypes.c_int),
+        ("m2n_free", [cp], None),
+    ]:
+        f = getattr(lib, name)
+        f.argtypes, f.restype = args, res
+    _lib = lib
+    return lib
+
+
+def _take(lib, p):
+    """The Python string of a C string m2n returned, which it then frees."""
+    try:
+        return ctypes.string_at(p).decode()
+    finally:
+        lib.m2n_free(p)
+
+
+def _call(fn, *args):
+    """Calls an m2n function; an error it sets becomes M2NError."""
+    lib = _load()
+    err = ctypes.c_void_p()
+    out = getattr(lib, fn)(*args, ctypes.byref(err))
+    if err.value:
+        raise M2NError(_take(lib, err.value))
+    return lib, out
+
+
+def placements_of(placements):
+    """m2n's placements ("S(d)", "R") of DTensor-like ones: Shard(d) (any
+    object with an integer .dim and a class named Shard) and Replicate();
+    strings pass as they are."""
+    out = []
+    for i, p in enumerate(placements):
+        if isinstance(p, str):
+            out.append(p)
+        elif type(p).__name__ in ("Shard", "_StridedShard") and isinstance(getattr(p, "dim", None), int):
+            out.append(f"S({p.dim})")
+        elif type(p).__name__ == "Replicate":
+            out.append("R")
+        else:
+            raise ValueError(f"placements[{i}] = {p!r}: want Shard(d), Replicate() or a string such as 'S(0)' or 'R'")
+    return out
+
+
+class Layout:
+    """A tensor's layout: a mesh (its shape and its global ranks, in
+    row-major order) and one placement per mesh dim."""
+
+    def __init__(self, mesh_shape, ranks, placements):
+        self.mesh_shape = [int(d) for d in mesh_shape]
+        self.ranks = [int(r) for r in ranks]
+        self.placements = placements_of(placements)
+
+    @classmethod
+    def from_device_mesh(cls, mesh, placements):
+        """A layout on a DeviceMesh-like object (.mesh: an array of ranks)."""
+        m = mesh.mesh
+        shape = list(m.shape)
+        ranks = [int(r) for r in (m.flatten().tolist() if hasattr(m, "flatten") else m)]
+        return cls(shape, ranks, placements)
+
+    def _check(self, where):
+        n = 1
+        for d in self.mesh_shape:
+            if d <= 0:
+                raise ValueError(f"{where}.mesh_shape = {self.mesh_shape}: every dim must be positive")
+            n *= d
+        if n != len(self.ranks):
+            raise ValueError(f"{where}.ranks: {len(self.ranks)} ranks for a mesh of {n} ({self.mesh_shape})")
+        if len(self.placements) != len(self.mesh_shape):
+            raise ValueError(f"{where}.placements: {len(self.placements)} for a mesh of {len(self.mesh_shape)} dims")
+
+    def _doc(self):
+        return {"shape": self.mesh_shape, "ranks": self.ranks, "placements": self.placements}
+
+
+class Tensor:
+    """A tensor to move: its name, global shape, dtype, and both layouts."""
+
+    def __init__(self, name, shape, dtype, src, dst):
+        self.name, self.shape, self.dtype, self.src, self.dst = name, list(shape), str(dtype).replace("torch.", ""), src, dst
+        aliases = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32", "float64": "fp64", "double": "fp64", "float8_e4m3fn": "fp8_e4m3", "float8_e5m2": "fp8_e5m2"}
+        self.dtype = aliases.get(self.dtype, self.dtype)
+
+    def _doc(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"tensor name {self.name!r}: want a non-empty string")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"tensor {self.name}: dtype {self.dtype!r}: want one of {', '.join(DTYPES)}")
+        if not self.shape or not all(isinstance(d, int) and d > 0 for d in self.shape):
+            raise ValueError(f"tensor {self.name}: shape {self.shape}: want positive integers")
+        for side in ("src", "dst"):
+            lay = getattr(self, side)
+            if not isinstance(lay, Layout):
+                raise ValueError(f"tensor {self.name}: {side}: want an m2n.Layout, got {type(lay).__name__}")
+            lay._check(f"tensor {self.name}: {side}")
+        return {"name": self.name, "shape": self.shape, "dtype": self.dtype, "src": self.src._doc(), "dst": self.dst._doc()}
+
+
+class Plan:
+    """A planned schedule, held by the C library until close()."""
+
+    def __init__(self, handle):
+        self._h = handle
+
+    @classmethod
+    def from_scenario(cls, text=None, path=None, route="hierarchical", point=""):
+        """Plans route at point (a label as m2n prints it, "" for the first)
+        of a scenario document (TOML text, or the file at path)."""
+        if (text is None) == (path is None):
+            raise ValueError("from_scenario: give text or path, one of them")
+        if path is not None:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        _, h = _call("m2n_plan_scenario", text.encode(), route.encode(), point.encode())
+        return cls(h)
+
+    @classmethod
+    def from_tensors(cls, tensors, topology, route="hierarchical", name="python"):
+        """Plans tensors (m2n.Tensor) on a topology given as a scenario's
+        [topology] table (a dict: preset, domains, gpus_per_domain, ...)."""
+        if not tensors:
+            raise ValueError("from_tensors: no tensors to move")
+        docs = [t._doc() for t in tensors]
+        seen = set()
+        for d in docs:
+            if d["name"] in seen:
+                raise ValueError(f"tensor {d['name']}: named twice")
+            seen.add(d["name"])
+        doc = {"name": name, "description": "planned from Python", "routes": [route], "topology": dict(topology), "tensors": docs}
+        _, h = _call("m2n_plan_json", json.dumps(doc).encode(), route.encode(), b"")
+        return cls(h)
+
+    def _handle(self):
+        if self._h is None:
+            raise M2NError("the plan is closed")
+        return self._h
+
+    @property
+    def ir(self):
+        """The schedule as the IR's JSON document (docs/ir.md), a dict."""
+        lib, p = _call("m2n_ir", self._handle())
+        return json.loads(_take(lib, p))
+
+    def simulate(self):
+        """Simulates the schedule on its topology: the record m2n sim --json
+        prints for it (modeled_s, sol_s, bottleneck, memory, ...)."""
+        lib, p = _call("m2n_simulate", self._handle())
+        return json.loads(_take(lib, p))["records"][0]
+
+    def check_on_host(self, seed=1):
+        """Runs the schedule on m2n's host reference executor over real
+        bytes and checks every destination byte: {"ops", "checked_bytes",
+        "wrong_bytes", "first_wrong"}."""
+        lib, p = _call("m2n_run_host", self._handle(), int(seed))
+        return json.loads(_take(lib, p))
+
+    def close(self):
+        if self._h is not None:
+            _call("m2n_close", self._h)
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
