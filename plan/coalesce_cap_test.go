@@ -1,7 +1,6 @@
 package plan
 
 import (
-	"errors"
 	"testing"
 
 	"github.com/m2n-project/m2n/ir"
@@ -17,12 +16,7 @@ import (
 // wait for) until it did: found by the held-out calibration run.
 func TestCoalesceKeepsArenaReuse(t *testing.T) {
 	data, _ := scenarios.Lookup("qwen3-235b-128")
-	sc, err := scenario.ParseWith("qwen3-235b-128.toml", data, func(m string) (string, []byte, error) {
-		if cfg, ok := scenarios.Model(m); ok {
-			return m + ".json", cfg, nil
-		}
-		return "", nil, errors.New("no such model")
-	})
+	sc, err := scenario.ParseWith("qwen3-235b-128.toml", data, scenarios.LoadModel)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"embed"
+	"fmt"
 	"io/fs"
 	"sort"
 	"strings"
@@ -22,6 +23,16 @@ func Model(name string) ([]byte, bool) {
 	}
 	b, err := models.ReadFile("models/" + strings.TrimSuffix(name, ".json") + ".json")
 	return b, err == nil
+}
+
+// LoadModel loads a built-in model's config by name, as a scenario's model
+// loader does (scenario.ModelLoader: the origin to name it by, its bytes);
+// a name that is not built in is an error listing those that are.
+func LoadModel(name string) (string, []byte, error) {
+	if b, ok := Model(name); ok {
+		return name + ".json", b, nil
+	}
+	return "", nil, fmt.Errorf("model %q: not a built-in model (built in: %s)", name, strings.Join(ModelNames(), ", "))
 }
 
 // ModelNames lists the built-in models, sorted.

@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -495,12 +494,7 @@ func TestSolverMatchesOraclesScenarios(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			data, _ := scenarios.Lookup(name)
-			sc, err := scenario.ParseWith(name+".toml", data, func(m string) (string, []byte, error) {
-				if cfg, ok := scenarios.Model(m); ok {
-					return m + ".json", cfg, nil
-				}
-				return "", nil, errors.New("no such model")
-			})
+			sc, err := scenario.ParseWith(name+".toml", data, scenarios.LoadModel)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"errors"
 	"testing"
 
 	"github.com/m2n-project/m2n/ir"
@@ -17,12 +16,7 @@ func workloadPoint(b testing.TB, name string) (*scenario.Point, []ir.Tensor) {
 	if !ok {
 		b.Fatalf("no scenario %s", name)
 	}
-	sc, err := scenario.ParseWith(name+".toml", data, func(m string) (string, []byte, error) {
-		if cfg, ok := scenarios.Model(m); ok {
-			return m + ".json", cfg, nil
-		}
-		return "", nil, errors.New("no such model")
-	})
+	sc, err := scenario.ParseWith(name+".toml", data, scenarios.LoadModel)
 	if err != nil {
 		b.Fatal(err)
 	}

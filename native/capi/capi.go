@@ -76,19 +76,12 @@ func guard(errOut **C.char, f func() error) (ok bool) {
 	return true
 }
 
-func loader(name string) (string, []byte, error) {
-	if b, ok := scenarios.Model(name); ok {
-		return name + ".json", b, nil
-	}
-	return "", nil, fmt.Errorf("model %q: the C ABI takes built-in models only (%s)", name, strings.Join(scenarios.ModelNames(), ", "))
-}
-
 // planScenario plans one route at one point of a scenario document.
 func planScenario(doc, route, point string) (*held, error) {
 	if int64(len(doc)) > scenario.MaxFileBytes {
 		return nil, fmt.Errorf("scenario: %d bytes, more than %d", len(doc), scenario.MaxFileBytes)
 	}
-	sc, err := scenario.ParseWith("scenario", []byte(doc), loader)
+	sc, err := scenario.ParseWith("scenario", []byte(doc), scenarios.LoadModel) // built-in models only
 	if err != nil {
 		return nil, err
 	}
