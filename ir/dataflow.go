@@ -59,13 +59,51 @@ func (v *validator) dataflow() error {
 			v.spaceOf[i] = sp
 		}
 	}
-	// Collect every static write as byte spans of its buffer: count them
-	// first, so each buffer's list is carved from one allocation.
-	count := make([]int, len(s.Buffers)+1)
+	// A static placed buffer whose every write is a box (a byte range
+	// forming one counts), and whose writes are mostly strided (four runs a
+	// write or more), keeps its writes as boxes: one entry a write instead
+	// of one a run. Other static buffers keep every write as byte spans of
+	// the buffer (count them first, so each buffer's list is carved from
+	// one allocation).
+	v.boxw = make([][]boxWrite, len(s.Buffers))
+	boxed := make([]bool, len(s.Buffers))
+	nw := make([]int64, len(s.Buffers))
+	count := make([]int, len(s.Buffers)+1) // runs per static buffer
+	for i := range s.Buffers {
+		boxed[i] = v.spaceOf[i] < 0 && s.Buffers[i].Placed() && !spansOnly
+	}
+	var scratch layout.BoxArena
 	for i := range int32(len(s.Ops)) {
 		v.writesOf(i, func(r Region) {
-			if v.spaceOf[r.Buf] < 0 {
-				v.runs(&s.Buffers[r.Buf], r, func(lo, hi int64) { count[r.Buf+1]++ })
+			if v.spaceOf[r.Buf] >= 0 {
+				return
+			}
+			nw[r.Buf]++
+			if !r.IsBox() {
+				count[r.Buf+1]++
+				if boxed[r.Buf] {
+					scratch.Reset()
+					if _, ok := v.localBoxIn(&scratch, r); !ok {
+						boxed[r.Buf] = false
+					}
+				}
+				return
+			}
+			n, _ := s.Box(r).Runs(s.Buffers[r.Buf].Box.Size)
+			count[r.Buf+1] += int(n)
+		})
+	}
+	for i := range boxed {
+		boxed[i] = boxed[i] && int64(count[i+1]) >= 4*nw[i]
+		if boxed[i] {
+			count[i+1] = 0
+		}
+	}
+	for i := range int32(len(s.Ops)) {
+		v.writesOf(i, func(r Region) {
+			if boxed[r.Buf] {
+				box, _ := v.localBox(r)
+				v.boxw[r.Buf] = append(v.boxw[r.Buf], boxWrite{box: box, r: r, op: i})
 			}
 		})
 	}
@@ -79,14 +117,26 @@ func (v *validator) dataflow() error {
 	}
 	for i := range int32(len(s.Ops)) {
 		v.writesOf(i, func(r Region) {
-			if v.spaceOf[r.Buf] < 0 {
+			if v.spaceOf[r.Buf] < 0 && !boxed[r.Buf] {
 				v.runs(&s.Buffers[r.Buf], r, func(lo, hi int64) {
 					writes[r.Buf] = append(writes[r.Buf], span{lo, hi, i})
 				})
 			}
 		})
 	}
-	for bi, ws := range writes {
+	v.writes = writes
+	v.reach = make([][]int64, len(s.Buffers))
+	for bi := range s.Buffers {
+		if boxed[bi] && !v.boxesDisjointCover(bi) {
+			// Something to report, or a staging buffer written twice:
+			// the spans' check says which, as it always has.
+			writes[bi] = v.spansOf(bi)
+			v.boxw[bi], v.reach[bi] = nil, nil
+		}
+		if v.boxw[bi] != nil {
+			continue
+		}
+		ws := writes[bi]
 		sortSpans(ws)
 		b := &s.Buffers[bi]
 		for k := 1; k < len(ws); k++ {
@@ -114,7 +164,6 @@ func (v *validator) dataflow() error {
 			}
 		}
 	}
-	v.writes = writes
 	v.content = map[int32][]seg{}
 	v.stamp = make([]int32, len(s.Ops))
 	if len(v.spaces) > 0 {
@@ -468,6 +517,14 @@ func (v *validator) read(op int32, r Region, a *layout.BoxArena) ([]seg, error) 
 			}
 			lo, hi = first*elem, (last+1)*elem
 		}
+		if v.boxw[r.Buf] != nil {
+			if box, ok := v.localBox(r); ok && v.boxWritersBefore(op, int(r.Buf), box) {
+				goto checked
+			}
+			// Not the common case: the spans say what is wrong.
+			v.writes[r.Buf] = v.spansOf(int(r.Buf))
+			v.boxw[r.Buf], v.reach[r.Buf] = nil, nil
+		}
 		if err := v.writersBefore(op, int(r.Buf), lo, hi); err != nil {
 			var err2 error
 			v.runs(b, r, func(a, z int64) {
@@ -480,6 +537,7 @@ func (v *validator) read(op int32, r Region, a *layout.BoxArena) ([]seg, error) 
 			}
 		}
 	}
+checked:
 	if b.Placed() {
 		g, err := v.globalBox(a, op, b, r)
 		if err != nil {
@@ -743,4 +801,92 @@ func (v *validator) quantize(i int32) error {
 		return v.opErr(i, "scale region is %d bytes, but the scales of box %v are %v, %d bytes", r.Bytes, g.box, sc.box, v.segBytes(sc))
 	}
 	return v.write(i, r, []seg{sc})
+}
+
+// spansOnly turns the box writes off: every static buffer's writes are
+// spans, as before them (a test compares the two).
+var spansOnly = false
+
+// boxWrite is a write of a static placed buffer: its box in the buffer's
+// own coordinates (Start from 0), its region, and the op.
+type boxWrite struct {
+	box layout.Box
+	r   Region
+	op  int32
+}
+
+// localBox is the box a region of a placed buffer covers, in the buffer's
+// coordinates; false for a byte range that is not a box.
+func (v *validator) localBox(r Region) (layout.Box, bool) { return v.localBoxIn(&v.boxes, r) }
+
+// localBoxIn is localBox with a byte range's box made in arena a.
+func (v *validator) localBoxIn(a *layout.BoxArena, r Region) (layout.Box, bool) {
+	b := &v.s.Buffers[r.Buf]
+	if r.IsBox() {
+		return v.s.Box(r), true
+	}
+	elem := v.s.BufElem(r.Buf)
+	if r.Offset%elem != 0 || r.Bytes%elem != 0 {
+		return layout.Box{}, false
+	}
+	whole := layout.Box{Start: make([]int64, len(b.Box.Size)), Size: b.Box.Size}
+	return rangeBox(a, whole, r.Offset/elem, r.Bytes/elem)
+}
+
+// boxesDisjointCover sorts buffer bi's box writes by their first dim,
+// records the running reach of that dim, and reports whether no two
+// overlap and, for an output, they cover it whole.
+func (v *validator) boxesDisjointCover(bi int) bool {
+	ws := v.boxw[bi]
+	slices.SortFunc(ws, func(a, b boxWrite) int {
+		return cmp.Or(cmp.Compare(a.box.Start[0], b.box.Start[0]), cmp.Compare(a.op, b.op))
+	})
+	reach := make([]int64, len(ws))
+	var m, vol int64
+	for k := range ws {
+		m = max(m, ws[k].box.Start[0]+ws[k].box.Size[0])
+		reach[k] = m
+		vol += ws[k].box.Elems()
+		// Any earlier box still reaching this one's first row may overlap.
+		for j := k - 1; j >= 0 && reach[j] > ws[k].box.Start[0]; j-- {
+			if _, ok := ws[j].box.Intersect(ws[k].box); ok {
+				return false
+			}
+		}
+	}
+	v.reach[bi] = reach
+	b := &v.s.Buffers[bi]
+	return b.Kind != Output || vol*v.s.BufElem(int32(bi)) == b.Bytes
+}
+
+// boxWritersBefore reports whether the box of buffer buf that op reads is
+// covered by box writes that all happen before op (false: something to
+// report, which the spans then find).
+func (v *validator) boxWritersBefore(op int32, buf int, box layout.Box) bool {
+	ws, reach := v.boxw[buf], v.reach[buf]
+	lo0, hi0 := box.Start[0], box.Start[0]+box.Size[0]
+	k := sort.Search(len(ws), func(i int) bool { return ws[i].box.Start[0] >= hi0 })
+	var got int64
+	for j := k - 1; j >= 0 && reach[j] > lo0; j-- {
+		part, ok := ws[j].box.Intersect(box)
+		if !ok {
+			continue
+		}
+		if !v.before(ws[j].op, op) {
+			return false
+		}
+		got += part.Elems()
+	}
+	return got == box.Elems()
+}
+
+// spansOf expands buffer bi's box writes into sorted byte spans, as the
+// spans' checks take them.
+func (v *validator) spansOf(bi int) []span {
+	var ws []span
+	for _, w := range v.boxw[bi] {
+		v.runs(&v.s.Buffers[bi], w.r, func(lo, hi int64) { ws = append(ws, span{lo, hi, w.op}) })
+	}
+	sortSpans(ws)
+	return ws
 }

@@ -43,7 +43,14 @@ type validator struct {
 	world   *layout.RankIndex // rank -> its index in s.World
 	scaleOf []int             // per tensor, its scale tensor; -1 when none
 
-	writes  [][]span        // per static buffer, the spans ops write, sorted
+	writes [][]span // per static buffer, the spans ops write, sorted
+	// boxw holds, per static placed buffer whose writes are all boxes, the
+	// boxes written (sorted by their first dim's start, reach the running
+	// largest end of that dim) instead of writes' spans: a strided box is
+	// one entry, not a span per run. Anything amiss falls back to the spans
+	// (spansOf), so every error reads as the spans' check says it.
+	boxw    [][]boxWrite
+	reach   [][]int64
 	content map[int32][]seg // per op writing unplaced staging, what it wrote
 	spaceOf []int32         // per buffer, its dynamic space in spaces; -1 when static
 	spaces  []space
