@@ -204,14 +204,21 @@ func Point(p *scenario.Point, popt plan.Options, opt Options) (Record, *ir.Sched
 	if err != nil {
 		return Record{}, nil, nil, fmt.Errorf("point %s, route %s: %w", p.Label(), popt.Route, err)
 	}
+	AtPoint(&rec, p, opt.References)
+	return rec, s, res, nil
+}
+
+// AtPoint completes the record of a schedule evaluated at point p: the
+// point, its tensor classes, and the last of refs that matches its route
+// and point (the measurement beside the model).
+func AtPoint(rec *Record, p *scenario.Point, refs []scenario.Reference) {
 	rec.Point = p
 	rec.TensorClasses = TensorClasses(p)
-	for _, ref := range opt.References {
-		if ref.Route == popt.Route && ref.Matches(p) {
+	for _, ref := range refs {
+		if ref.Route == rec.Route && ref.Matches(p) {
 			rec.Measured, rec.MeasuredSource, rec.MeasuredNote = ref.Measured, ref.Source, ref.Note
 		}
 	}
-	return rec, s, res, nil
 }
 
 // Skip is a route at a point that was not evaluated because it passes a

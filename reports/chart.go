@@ -503,56 +503,9 @@ func latencyChart(r *Report) (*chart, error) {
 		c.yLabel = "latency (" + vs.unit + ")"
 	}
 
-	skipped := 0
-	// SOL lines underneath, then modeled marks, then measurements on top.
-	// A SOL line that coincides with one drawn before it (agbcast's and
-	// nemo-legacy's bound are often equal) is drawn dashed over it, so
-	// both colours show.
-	var drawn []plotter.XYs
-	for _, s := range ss {
-		col := routeColor(s.route).RGBA
-		st := styleOf(s.group)
-		sol := vs.plotted(s.sol, &skipped)
-		if len(st.dashes) == 0 && coincides(sol, drawn) {
-			st.dashes = []vg.Length{vg.Points(7), vg.Points(5)}
-		}
-		drawn = append(drawn, sol)
-		if len(sol) == 1 || l.Axis.Categorical {
-			sc, err := plotter.NewScatter(sol)
-			if err != nil {
-				return nil, fmt.Errorf("latency chart, SOL of %s: %w", s.route, err)
-			}
-			sc.GlyphStyle = draw.GlyphStyle{Color: col, Radius: vg.Points(11), Shape: barGlyph{dashes: st.dashes}}
-			p.Add(sc)
-		}
-		if len(sol) > 1 && !l.Axis.Categorical { // no line between categories
-			ln, err := plotter.NewLine(sol)
-			if err != nil {
-				return nil, fmt.Errorf("latency chart, SOL of %s: %w", s.route, err)
-			}
-			ln.LineStyle = draw.LineStyle{Color: col, Width: lineWidth, Dashes: st.dashes}
-			p.Add(ln)
-		}
-	}
-	for _, s := range ss {
-		sc, err := plotter.NewScatter(vs.plotted(s.modeled, &skipped))
-		if err != nil {
-			return nil, fmt.Errorf("latency chart, modeled %s: %w", s.route, err)
-		}
-		sc.GlyphStyle = draw.GlyphStyle{Color: routeColor(s.route).RGBA, Radius: markRadius, Shape: styleOf(s.group).glyph}
-		p.Add(sc)
-	}
-	for _, s := range ss {
-		m := vs.plotted(s.measured, &skipped)
-		if len(m) == 0 {
-			continue
-		}
-		sc, err := plotter.NewScatter(m)
-		if err != nil {
-			return nil, fmt.Errorf("latency chart, measured %s: %w", s.route, err)
-		}
-		sc.GlyphStyle = draw.GlyphStyle{Color: routeColor(s.route).RGBA, Radius: measuredRadius, Shape: crossGlyph{width: measuredWidth}}
-		p.Add(sc)
+	skipped, err := addLatency(p, ss, vs, l.Axis.Categorical)
+	if err != nil {
+		return nil, err
 	}
 	vs.apply(&p.Y) // Add widened the range to the data; keep ours.
 
@@ -743,6 +696,66 @@ func shorten(s string, n int) string {
 		return s
 	}
 	return string(rs[:n-3]) + "..."
+}
+
+// addLatency draws series on a latency chart: SOL lines underneath (a bar
+// per point where the axis has categories or one point), then modeled
+// marks, then measurements on top, each in its route's colour and its
+// group's style (series.group). It returns how many values <= 0 the log
+// scale could not show.
+func addLatency(p *plot.Plot, ss []*series, vs valueScale, categorical bool) (int, error) {
+	skipped := 0
+	// SOL lines underneath, then modeled marks, then measurements on top.
+	// A SOL line that coincides with one drawn before it (agbcast's and
+	// nemo-legacy's bound are often equal) is drawn dashed over it, so
+	// both colours show.
+	var drawn []plotter.XYs
+	for _, s := range ss {
+		col := routeColor(s.route).RGBA
+		st := styleOf(s.group)
+		sol := vs.plotted(s.sol, &skipped)
+		if len(st.dashes) == 0 && coincides(sol, drawn) {
+			st.dashes = []vg.Length{vg.Points(7), vg.Points(5)}
+		}
+		drawn = append(drawn, sol)
+		if len(sol) == 1 || categorical {
+			sc, err := plotter.NewScatter(sol)
+			if err != nil {
+				return 0, fmt.Errorf("latency chart, SOL of %s: %w", s.route, err)
+			}
+			sc.GlyphStyle = draw.GlyphStyle{Color: col, Radius: vg.Points(11), Shape: barGlyph{dashes: st.dashes}}
+			p.Add(sc)
+		}
+		if len(sol) > 1 && !categorical { // no line between categories
+			ln, err := plotter.NewLine(sol)
+			if err != nil {
+				return 0, fmt.Errorf("latency chart, SOL of %s: %w", s.route, err)
+			}
+			ln.LineStyle = draw.LineStyle{Color: col, Width: lineWidth, Dashes: st.dashes}
+			p.Add(ln)
+		}
+	}
+	for _, s := range ss {
+		sc, err := plotter.NewScatter(vs.plotted(s.modeled, &skipped))
+		if err != nil {
+			return 0, fmt.Errorf("latency chart, modeled %s: %w", s.route, err)
+		}
+		sc.GlyphStyle = draw.GlyphStyle{Color: routeColor(s.route).RGBA, Radius: markRadius, Shape: styleOf(s.group).glyph}
+		p.Add(sc)
+	}
+	for _, s := range ss {
+		m := vs.plotted(s.measured, &skipped)
+		if len(m) == 0 {
+			continue
+		}
+		sc, err := plotter.NewScatter(m)
+		if err != nil {
+			return 0, fmt.Errorf("latency chart, measured %s: %w", s.route, err)
+		}
+		sc.GlyphStyle = draw.GlyphStyle{Color: routeColor(s.route).RGBA, Radius: measuredRadius, Shape: crossGlyph{width: measuredWidth}}
+		p.Add(sc)
+	}
+	return skipped, nil
 }
 
 // coincides reports whether a line's points all lie within 0.5% of one of

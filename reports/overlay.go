@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"sort"
 	"strings"
 
-	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg/draw"
 )
 
@@ -88,27 +86,16 @@ func overlayChart(reps []*Report) (*chart, error) {
 	} else {
 		c.yLabel = "latency (" + vs.unit + ")"
 	}
-	skipped := 0
-	for i, s := range all {
-		st := styleOf(i)
-		for _, se := range s.ss {
-			sol := vs.plotted(se.sol, &skipped)
-			sort.Slice(sol, func(a, b int) bool { return sol[a].X < sol[b].X })
-			if len(sol) > 1 {
-				ln, err := plotter.NewLine(sol)
-				if err != nil {
-					return nil, fmt.Errorf("overlay, SOL of %s %s: %w", s.name, se.route, err)
-				}
-				ln.LineStyle = draw.LineStyle{Color: routeColor(se.route).RGBA, Width: lineWidth, Dashes: st.dashes}
-				p.Add(ln)
-			}
-			sc, err := plotter.NewScatter(vs.plotted(se.modeled, &skipped))
-			if err != nil {
-				return nil, fmt.Errorf("overlay, modeled %s %s: %w", s.name, se.route, err)
-			}
-			sc.GlyphStyle = draw.GlyphStyle{Color: routeColor(se.route).RGBA, Radius: markRadius, Shape: st.glyph}
-			p.Add(sc)
+	var ss []*series
+	for i, sc := range all {
+		for _, se := range sc.ss {
+			se.group = i // a scenario's style
+			ss = append(ss, se)
 		}
+	}
+	skipped, err := addLatency(p, ss, vs, false)
+	if err != nil {
+		return nil, fmt.Errorf("overlay: %w", err)
 	}
 	vs.apply(&p.Y)
 	for _, rt := range routes {

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -180,11 +182,7 @@ func (lp *lineProgress) line(now time.Time) string {
 	}
 	if len(runs) > 0 {
 		// The longest running first, at most two, for a stable line.
-		for i := 1; i < len(runs); i++ {
-			for j := i; j > 0 && (runs[j].elapsed > runs[j-1].elapsed || runs[j].elapsed == runs[j-1].elapsed && runs[j].label < runs[j-1].label); j-- {
-				runs[j], runs[j-1] = runs[j-1], runs[j]
-			}
-		}
+		slices.SortFunc(runs, func(a, b run) int { return cmp.Or(cmp.Compare(b.elapsed, a.elapsed), cmp.Compare(a.label, b.label)) })
 		b.WriteString(" (running: ")
 		for i, r := range runs[:min(2, len(runs))] {
 			if i > 0 {

@@ -89,13 +89,9 @@ their old versions together.`)
 
 // finishReport renders and writes the report of the records.
 func finishReport(e *env, sc *scenario.Scenario, recs []evaluate.Record, skips []evaluate.Skip, tpName string, ideal bool, sel *selection, outDir string, asJSON bool) error {
-	rep := buildReport(sc, recs, ideal, sel)
-	for _, k := range skips {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("Not evaluated: point %s, route %s: %s.", k.Label(), k.Route, k.Reason))
-	}
-	files, err := renderReport(rep)
+	_, files, err := reportFiles(sc, recs, skips, ideal, sel)
 	if err != nil {
-		return fmt.Errorf("report: %w", err)
+		return err
 	}
 	if err := writeReport(outDir, files); err != nil {
 		return err
@@ -153,6 +149,20 @@ func writeReport(dir string, files []reports.File) error {
 	return nil
 }
 
+// reportFiles builds a scenario's report of its records, with a note for
+// each route not evaluated, and renders its files.
+func reportFiles(sc *scenario.Scenario, recs []evaluate.Record, skips []evaluate.Skip, ideal bool, sel *selection) (*reports.Report, []reports.File, error) {
+	rep := buildReport(sc, recs, ideal, sel)
+	for _, k := range skips {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("Not evaluated: point %s, route %s: %s.", k.Label(), k.Route, k.Reason))
+	}
+	files, err := renderReport(rep)
+	if err != nil {
+		return nil, nil, fmt.Errorf("report: %w", err)
+	}
+	return rep, files, nil
+}
+
 // overlayReport reports several scenarios: each one's report in its own
 // folder DIR/NAME, and their latency charts on one set of axes in
 // DIR/overlay-latency.png and .svg. Everything is simulated and rendered
@@ -184,13 +194,9 @@ func overlayReport(ctx context.Context, e *env, args []string, sel *selection, i
 		if err != nil {
 			return fmt.Errorf("%s: %w", sc.Name, err)
 		}
-		rep := buildReport(sc, recs, ideal, sel)
-		for _, k := range skips {
-			rep.Notes = append(rep.Notes, fmt.Sprintf("Not evaluated: point %s, route %s: %s.", k.Label(), k.Route, k.Reason))
-		}
-		files, err := renderReport(rep)
+		rep, files, err := reportFiles(sc, recs, skips, ideal, sel)
 		if err != nil {
-			return fmt.Errorf("report of %s: %w", sc.Name, err)
+			return fmt.Errorf("%s: %w", sc.Name, err)
 		}
 		all = append(all, one{sc.Name, files})
 		reps = append(reps, rep)

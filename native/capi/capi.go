@@ -248,13 +248,7 @@ func m2n_simulate(id C.uint64_t, errOut **C.char) *C.char {
 		if err != nil {
 			return err
 		}
-		// As evaluate.Point completes a record, on the schedule held.
-		rec.Point, rec.TensorClasses = h.point, evaluate.TensorClasses(h.point)
-		for _, ref := range h.refs {
-			if ref.Route == h.s.Route && ref.Matches(h.point) {
-				rec.Measured, rec.MeasuredSource, rec.MeasuredNote = ref.Measured, ref.Source, ref.Note
-			}
-		}
+		evaluate.AtPoint(&rec, h.point, h.refs)
 		b, err := json.Marshal(reports.SimJSON(h.scenario, h.tp.Preset, []evaluate.Record{rec}, nil, nil))
 		if err != nil {
 			return err
