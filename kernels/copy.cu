@@ -906,3 +906,21 @@ extern "C" __global__ void e4m3_convert(ConvertArgs a) {
         q[i] = lo == hi ? lo : lo ^ 1;
     }
 }
+
+// FlagArgs: flag_wait spins, one thread, until the 32-bit word at addr
+// equals value, then sets it to zero: a pushed transfer's receiver waiting
+// for its data flag (or a sender for its ready flag), written by the other
+// GPU over NVLink (docs/native.md).
+struct FlagArgs {
+    u64 addr;
+    unsigned value, pad;
+};
+static_assert(sizeof(FlagArgs) == 16, "FlagArgs is mirrored by package native: change both");
+
+extern "C" __global__ void flag_wait(FlagArgs a) {
+    volatile unsigned* f = (volatile unsigned*)a.addr;
+    while (*f != a.value) __nanosleep(128);
+    *f = 0;
+    __threadfence_system();
+}
+

@@ -26,6 +26,8 @@
 //   - verify_quant: check an fp8 output or its scales against the
 //     quantized source pattern, recomputed on the device.
 //   - e4m3_convert: the conversion alone, for the check against PyTorch.
+//   - flag_wait: one thread spinning on a flag in device memory until it
+//     holds a value, then clearing it (pushed copies between processes).
 //
 // Argument structs are laid out in copy.cu; package native mirrors them.
 package kernels
@@ -43,5 +45,5 @@ var Names = []string{
 	"box_copy_short_16", "box_copy_short_8", "box_copy_short_4", "box_copy_short_2", "box_copy_short_1",
 	"box_copy_stage", "box_copy_batch", "fill", "verify",
 	"quantize_e4m3_1", "quantize_e4m3_4", "quantize_e4m3_8", "quantize_e4m3_b128_bf16", "quantize_e4m3_b128_fp16",
-	"verify_quant", "e4m3_convert", "quant_div_check",
+	"verify_quant", "e4m3_convert", "quant_div_check", "flag_wait",
 }

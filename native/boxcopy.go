@@ -156,6 +156,13 @@ type batchArgs struct {
 	N, Units     int64
 }
 
+// flagArgs mirrors FlagArgs in kernels/copy.cu: the flag a flag_wait
+// kernel spins on and the value it waits for.
+type flagArgs struct {
+	Addr       uint64
+	Value, Pad uint32
+}
+
 // unitBytes is the work of one unit of a batch: a long run's segment, or
 // whole short runs adding up to about as much.
 const unitBytes = segBytes

@@ -476,6 +476,22 @@ func (g *cudaGPU) copy(dst, src uint64, n int64, st handle) error {
 	})
 }
 
+// waitValue makes st wait until the 32-bit word at addr equals v, and
+// clears it: a one-thread flag_wait kernel, which holds no stream channel
+// as a cuStreamWaitValue32 would while it waits.
+func (g *cudaGPU) waitValue(st handle, addr uint64, v uint32) error {
+	args := flagArgs{Addr: addr, Value: v}
+	return g.launch(g.owner[st], "flag_wait", 1, 32, st, unsafe.Pointer(&args), unsafe.Sizeof(args), 0, 1)
+}
+
+// writeValue writes v to the 32-bit word at addr on st, after (and
+// fenced behind) the stream's earlier work.
+func (g *cudaGPU) writeValue(st handle, addr uint64, v uint32) error {
+	return g.on(g.owner[st], func() error {
+		return cuErr("cuStreamWriteValue32", C.m2n_cuStreamWriteValue32(C.uptr(st), C.ull(addr), C.uint(v)))
+	})
+}
+
 func (g *cudaGPU) launch(dev int, kernel string, grid, block int, st handle, arg unsafe.Pointer, size uintptr, extra uint64, nargs int) error {
 	f, ok := g.funcs[dev][kernel]
 	if !ok {

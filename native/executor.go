@@ -1,6 +1,7 @@
 package native
 
 import (
+	"encoding/binary"
 	"fmt"
 	"runtime"
 	"slices"
@@ -60,6 +61,10 @@ type Options struct {
 	// Profile records, in every timed iteration, when each stream of this
 	// process finished its work (Result.StreamEnds): where the time goes.
 	Profile bool
+	// push runs the copy transport's transfers as pushes with flags even
+	// in one process (as CUDA IPC with one process per GPU does), so the
+	// fake device checks their protocol.
+	push bool
 }
 
 // settings resolves opt's executor settings (program.Settings.Resolve),
@@ -100,8 +105,12 @@ type StreamEnd struct {
 
 // Result is what a run measured and checked.
 type Result struct {
-	Times        []units.Time // per timed iteration
-	Verified     bool         // every destination byte equals its source byte
+	// Times is each timed iteration's time. With one process per GPU it
+	// is the slowest process's (every process's times are gathered after
+	// the run); with the copy transport every process starts each
+	// iteration together, after a barrier outside the timed span.
+	Times        []units.Time
+	Verified     bool // every destination byte equals its source byte
 	CheckedBytes int64
 	WrongElems   int64
 	FirstWrong   string
@@ -178,6 +187,13 @@ type gpu interface {
 	// mapped here; barrier waits for every rank.
 	share(dev int, base uint64, comm handle, world, me int) ([]uint64, error)
 	barrier(dev int, comm handle, world int) error
+	// waitValue makes st wait until the 32-bit word at addr equals v, then
+	// clears it; writeValue writes v there after st's earlier work
+	// (fenced): the flags of pushed transfers between processes.
+	waitValue(st handle, addr uint64, v uint32) error
+	writeValue(st handle, addr uint64, v uint32) error
+	// allGather gathers every rank's bytes (each len(mine)), in rank order.
+	allGather(dev int, mine []byte, comm handle, world int) ([]byte, error)
 	// CUDA graphs.
 	beginCapture(st handle) error
 	endCapture(st handle) (handle, error)
@@ -224,9 +240,23 @@ type Executor struct {
 	// Bytes allocated per device, all buffers and staging only.
 	need, staging map[int]int64
 	issueTime     units.Time // of the last timed iteration
-	// ipc: the copy transport with one process per GPU; each transfer is a
-	// copy by its receiver from the sender's arena, mapped over CUDA IPC.
+	// ipc: the copy transport with one process per GPU over CUDA IPC; each
+	// transfer is a copy by its receiver from the sender's arena (pullable
+	// schedules) or pushed by its sender into the receiver's (push).
 	ipc bool
+	// push: transfers are device copies issued by their sender, which then
+	// sets the transfer's data flag in the receiver's memory; a receiver
+	// whose recv waits for its own earlier work (staging to reuse) first
+	// sets the transfer's ready flag in the sender's memory. Each waiter
+	// resets the flag it waited for, so every iteration starts from zeros.
+	// flagAt is, per rank, where its flags are as this process sees them:
+	// nSends data flags (one a send of the schedule, sendNo), then nSends
+	// ready flags; ready[k] says transfer step k waits for its ready flag.
+	push   bool
+	flagAt map[int32]uint64
+	sendNo []int32
+	nSends int
+	ready  map[int]bool
 	// Launches planned in New: lps[lpOf[op]] for each local op of this
 	// process (-1 elsewhere), a batchPlan per batch step, and each
 	// device's allocation of batch descriptors.
@@ -262,13 +292,30 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 	// Memory: refuse before allocating when it does not fit. Each rank's
 	// buffers are one block (placement); a device holds its ranks' blocks.
 	off, rankBytes, rankStaging := placement(s)
+	x.ipc = opt.Backend == NCCL && x.opt.Transport == TransportCopy && opt.Launch != nil
+	// Over CUDA IPC a receiver pulls where the schedule lets it (pullable:
+	// measured faster for the dense whole model, docs/native.md) and
+	// senders push otherwise.
+	x.push = (x.ipc && pullable(s) != nil) || (opt.push && x.mode == program.Streams)
+	var flagBytes int64
+	if x.push {
+		x.sendNo = make([]int32, len(s.Ops))
+		for i := range s.Ops {
+			x.sendNo[i] = -1
+			if s.Ops[i].Kind == ir.Send {
+				x.sendNo[i] = int32(x.nSends)
+				x.nSends++
+			}
+		}
+		flagBytes = align(8 * int64(x.nSends))
+	}
 	need := map[int]int64{}
 	x.need, x.staging = need, map[int]int64{}
 	rankStart := map[int]int64{}
 	for _, r := range s.World {
 		if d, ok := devOf[int32(r.Rank)]; ok {
 			rankStart[r.Rank] = need[d]
-			need[d] += rankBytes[r.Rank]
+			need[d] += rankBytes[r.Rank] + flagBytes
 			x.staging[d] += rankStaging[r.Rank]
 		}
 	}
@@ -301,7 +348,19 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 			x.bufAddr[i] = x.arena[d] + uint64(rankStart[b.Rank]+off[i])
 		}
 	}
-	x.ipc = opt.Backend == NCCL && x.opt.Transport == TransportCopy && opt.Launch != nil
+	if x.push {
+		x.flagAt = map[int32]uint64{}
+		zero := make([]byte, flagBytes)
+		for _, r := range s.World {
+			if d, ok := devOf[int32(r.Rank)]; ok {
+				x.flagAt[int32(r.Rank)] = x.arena[d] + uint64(rankStart[r.Rank]+rankBytes[r.Rank])
+				if err := g.upload(d, x.flagAt[int32(r.Rank)], zero); err != nil {
+					x.Close()
+					return nil, err
+				}
+			}
+		}
+	}
 	if x.ipc {
 		// Every process lays out its one rank as placement does: a peer's
 		// buffer is its allocation's base plus the same offset.
@@ -321,6 +380,11 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 				x.bufAddr[i] = base[b.Rank] + uint64(off[i])
 			}
 		}
+		for _, r := range s.World {
+			if _, ok := devOf[int32(r.Rank)]; !ok {
+				x.flagAt[int32(r.Rank)] = base[r.Rank] + uint64(rankBytes[r.Rank])
+			}
+		}
 	}
 	// Ops of remote ranks are in the program too (their levels place the
 	// waves every process agrees on); issuing skips them.
@@ -334,12 +398,27 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 	for _, cs := range comms {
 		nComms = max(nComms, len(cs))
 	}
-	prog, err := program.Compile(s, program.Options{Dev: dev, Lanes: opt.Lanes, Mode: x.mode, WaveBytes: opt.WaveBytes, Comms: nComms, NoBatch: opt.NoBatch})
+	prog, err := program.Compile(s, program.Options{Dev: dev, Lanes: opt.Lanes, Mode: x.mode, WaveBytes: opt.WaveBytes, Comms: nComms, NoBatch: opt.NoBatch, Push: x.push})
 	if err != nil {
 		x.Close()
 		return nil, err
 	}
 	x.prog = prog
+	if x.push {
+		// From the schedule, not the program's events: every process
+		// agrees on which transfers wait for their receiver.
+		x.ready = map[int]bool{}
+		for k, st := range prog.Steps {
+			if st.Kind != program.Xfer {
+				continue
+			}
+			for _, snd := range append([]int32{st.Op}, st.Merged...) {
+				if len(s.Deps(s.Ops[snd].Match)) > 0 {
+					x.ready[k] = true
+				}
+			}
+		}
+	}
 	if err := x.planLocals(); err != nil {
 		x.Close()
 		return nil, err
@@ -533,6 +612,9 @@ func (x *Executor) Run() (_ *Result, err error) {
 		}
 	}
 	for range x.opt.Warmup {
+		if err := x.barrier(); err != nil {
+			return nil, err
+		}
 		if err := x.timed(); err != nil {
 			return nil, err
 		}
@@ -541,6 +623,9 @@ func (x *Executor) Run() (_ *Result, err error) {
 	ends := make([][]units.Time, len(x.streams))
 	var gends [][]units.Time
 	for range x.opt.Iters {
+		if err := x.barrier(); err != nil { // IPC: every process starts together
+			return nil, err
+		}
 		if err := x.timed(); err != nil {
 			return nil, err
 		}
@@ -577,6 +662,19 @@ func (x *Executor) Run() (_ *Result, err error) {
 	}
 	slices.Sort(issue)
 	res.HostIssue = issue[len(issue)/2]
+	if x.opt.Launch != nil && len(x.s.World) > 1 {
+		// A refit ends when its last process does: a process that only
+		// sends over CUDA IPC, or waits little for its peers, would report
+		// its own short time.
+		d := x.devices[0]
+		all, err := x.g.allGather(d, encodeTimes(res.Times), x.comms[d][0], len(x.s.World))
+		if err != nil {
+			return nil, fmt.Errorf("gathering every process's times: %w", err)
+		}
+		if res.Times, err = slowest(all, len(x.s.World), len(res.Times)); err != nil {
+			return nil, err
+		}
+	}
 	if x.opt.Profile && res.ProfileErr == "" {
 		res.StreamEnds = x.streamEnds(ends)
 		for _, ge := range gends {
@@ -598,6 +696,31 @@ func (x *Executor) Run() (_ *Result, err error) {
 		return nil, err
 	}
 	return res, nil
+}
+
+// encodeTimes writes times as little-endian int64 picoseconds.
+func encodeTimes(ts []units.Time) []byte {
+	b := make([]byte, 0, 8*len(ts))
+	for _, t := range ts {
+		b = binary.LittleEndian.AppendUint64(b, uint64(t))
+	}
+	return b
+}
+
+// slowest returns, per iteration, the longest of every rank's times, from
+// world ranks' encodeTimes of n times each, in rank order.
+func slowest(all []byte, world, n int) ([]units.Time, error) {
+	if len(all) != 8*n*world {
+		return nil, fmt.Errorf("gathered %d bytes of times, want %d (%d ranks x %d iterations)", len(all), 8*n*world, world, n)
+	}
+	out := make([]units.Time, n)
+	for r := range world {
+		for i := range n {
+			t := units.Time(binary.LittleEndian.Uint64(all[8*(r*n+i):]))
+			out[i] = max(out[i], t)
+		}
+	}
+	return out, nil
 }
 
 // streamEnds names each stream of this process by what runs on it, with
@@ -890,6 +1013,8 @@ func (x *Executor) issue(k int) error {
 			}
 		}
 		return nil
+	case x.push:
+		return x.issuePush(k, op, rop, sendHere, recvHere)
 	case x.mode == program.Streams:
 		if !recvHere {
 			return nil // a peer process copies it
@@ -948,22 +1073,118 @@ func (x *Executor) issue(k int) error {
 	return nil
 }
 
-// ipcEligible checks that a schedule can run as copies pulled across
-// processes: every send reads its rank's input (written once, before the
-// run) and waits for nothing but the sends before it to the same peer, so a
-// receiver never needs an event of another process.
-func ipcEligible(s *ir.Schedule) error {
+// issuePush issues transfer step k as a push (see Executor.push): the
+// sender's end if it is local, then the receiver's.
+func (x *Executor) issuePush(k int, op, rop *ir.Op, sendHere, recvHere bool) error {
+	st := &x.prog.Steps[k]
+	g := x.g
+	if sendHere && recvHere && st.Stream == st.RStream {
+		// Both ends on one stream (one device): stream order is the flag.
+		ss := x.streams[st.Stream]
+		for _, e := range append(slices.Clip(st.Waits), st.RWaits...) {
+			if err := g.wait(ss, x.events[e]); err != nil {
+				return err
+			}
+		}
+		if err := g.copy(x.addr(rop.Dst), x.addr(op.Src), st.Bytes, ss); err != nil {
+			return err
+		}
+		for _, e := range append(append([]int32{st.Record, st.RRecord}, st.More...), st.RMore...) {
+			if e >= 0 {
+				if err := g.record(x.events[e], ss); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	n := int64(x.sendNo[st.Op])
+	data := x.flagAt[rop.Rank] + uint64(4*n)
+	ready := x.flagAt[op.Rank] + uint64(4*(int64(x.nSends)+n))
+	if sendHere {
+		ss := x.streams[st.Stream]
+		if x.ready[k] {
+			if err := g.waitValue(ss, ready, 1); err != nil {
+				return err
+			}
+		}
+		for _, e := range st.Waits {
+			if err := g.wait(ss, x.events[e]); err != nil {
+				return err
+			}
+		}
+		if err := g.copy(x.addr(rop.Dst), x.addr(op.Src), st.Bytes, ss); err != nil {
+			return err
+		}
+		if err := g.writeValue(ss, data, 1); err != nil {
+			return err
+		}
+		for _, e := range append([]int32{st.Record}, st.More...) {
+			if e >= 0 {
+				if err := g.record(x.events[e], ss); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if recvHere {
+		rs := x.streams[st.RStream]
+		for _, e := range st.RWaits {
+			if err := g.wait(rs, x.events[e]); err != nil {
+				return err
+			}
+		}
+		if x.ready[k] {
+			if err := g.writeValue(rs, ready, 1); err != nil {
+				return err
+			}
+		}
+		if err := g.waitValue(rs, data, 1); err != nil {
+			return err
+		}
+		for _, e := range append([]int32{st.RRecord}, st.RMore...) {
+			if e >= 0 {
+				if err := g.record(x.events[e], rs); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// pullable checks that a schedule's transfers can be pulled across
+// processes by their receivers without flags: every send reads its rank's
+// input (written once, before the run) and waits for nothing but the sends
+// before it to the same peer, so a receiver never needs to know when its
+// sender's data is ready.
+func pullable(s *ir.Schedule) error {
 	for i := range int32(len(s.Ops)) {
 		op := &s.Ops[i]
 		if op.Kind != ir.Send {
 			continue
 		}
 		if s.Buffers[op.Src.Buf].Kind != ir.Input {
-			return fmt.Errorf("%w: the copy transport with one process per GPU runs schedules whose sends read inputs only; op %d (%s) sends from a %s buffer: use --transport nccl", ErrScheduleNotSupported, i, s.Route, s.Buffers[op.Src.Buf].Kind)
+			return fmt.Errorf("op %d sends from a %s buffer", i, s.Buffers[op.Src.Buf].Kind)
 		}
 		for _, d := range s.Deps(i) {
 			if dop := &s.Ops[d]; dop.Kind != ir.Send || dop.Rank != op.Rank || dop.Peer != op.Peer {
-				return fmt.Errorf("%w: the copy transport with one process per GPU runs schedules whose sends wait only for earlier sends to the same peer; op %d (%s) waits for op %d: use --transport nccl", ErrScheduleNotSupported, i, s.Route, d)
+				return fmt.Errorf("op %d waits for op %d", i, d)
+			}
+		}
+	}
+	return nil
+}
+
+// ipcEligible checks that a schedule can run as copies pushed across
+// processes: every op waits only for ops of its own rank, so what crosses
+// processes is the transfers' flags (Executor.push), never an event.
+func ipcEligible(s *ir.Schedule) error {
+	for i := range int32(len(s.Ops)) {
+		op := &s.Ops[i]
+		for _, d := range s.Deps(i) {
+			if s.Ops[d].Rank != op.Rank {
+				return fmt.Errorf("%w: the copy transport with one process per GPU runs schedules whose ops wait only for ops of their own rank; op %d (%s, rank %d) waits for op %d of rank %d: use --transport nccl", ErrScheduleNotSupported, i, s.Route, op.Rank, d, s.Ops[d].Rank)
 			}
 		}
 	}

@@ -1,12 +1,14 @@
 package native
 
 import (
-	"github.com/m2n-project/m2n/internal/schedtest"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"unsafe"
 
+	"github.com/m2n-project/m2n/internal/schedtest"
 	"github.com/m2n-project/m2n/ir"
+	"github.com/m2n-project/m2n/model/units"
 	"github.com/m2n-project/m2n/program"
 )
 
@@ -70,6 +72,10 @@ func TestExecutorOnFake(t *testing.T) {
 			{Backend: NCCL, Settings: program.Settings{Lanes: 1 + rng.IntN(4)}, Iters: 1},
 			{Backend: NCCL, Settings: program.Settings{Transport: TransportCopy, Lanes: 1 + rng.IntN(4)}, Iters: 1},
 			{Backend: NCCL, Settings: program.Settings{Lanes: 1 + rng.IntN(4), WaveBytes: 1 + rng.Int64N(64)}, Iters: 1},
+			// Pushed copies with flags (CUDA IPC's protocol), over several
+			// iterations: every flag is reset for the next.
+			{Backend: NCCL, Settings: program.Settings{Transport: TransportCopy, Lanes: 1 + rng.IntN(4)}, Iters: 3, push: true},
+			{Backend: Loopback, Settings: program.Settings{Transport: TransportCopy, Lanes: 1 + rng.IntN(4)}, Iters: 2, push: true},
 		} {
 			devices := 1
 			if opt.Backend == NCCL {
@@ -79,7 +85,7 @@ func TestExecutorOnFake(t *testing.T) {
 			res := runOn(t, g, s, opt)
 			batches += g.batches
 			if !res.Verified {
-				t.Fatalf("case %d %s/%s (%s): %d wrong elements; first %s", i, opt.Backend, opt.Transport, s.Route, res.WrongElems, res.FirstWrong)
+				t.Fatalf("case %d %s/%s push %v (%s): %d wrong elements; first %s", i, opt.Backend, opt.Transport, opt.push, s.Route, res.WrongElems, res.FirstWrong)
 			}
 		}
 	}
@@ -106,6 +112,7 @@ func TestExecutorNeedsDependencies(t *testing.T) {
 		{Backend: Loopback, Settings: program.Settings{Lanes: 4}, Iters: 1},
 		{Backend: NCCL, Settings: program.Settings{Lanes: 4}, Iters: 1},                 // NCCL groups
 		{Backend: NCCL, Settings: program.Settings{Transport: TransportCopy}, Iters: 1}, // peer copies
+		{Backend: NCCL, Settings: program.Settings{Transport: TransportCopy}, Iters: 1, push: true},
 	} {
 		rng := rand.New(rand.NewPCG(33, 34))
 		broken := 0
@@ -293,6 +300,32 @@ func copyElements(to, from []byte, dst, src view, size []int64, elem int64) {
 		}
 		if d < 0 {
 			return
+		}
+	}
+}
+
+// The slowest process's time per iteration, from every rank's gathered
+// times: random times, each iteration's maximum found wherever it lies.
+func TestSlowestTimes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for range 100 {
+		world, n := 1+rng.IntN(8), 1+rng.IntN(20)
+		var all []byte
+		want := make([]units.Time, n)
+		for range world {
+			ts := make([]units.Time, n)
+			for i := range ts {
+				ts[i] = units.Time(rng.Int64N(1 << 50))
+				want[i] = max(want[i], ts[i])
+			}
+			all = append(all, encodeTimes(ts)...)
+		}
+		got, err := slowest(all, world, n)
+		if err != nil || !slices.Equal(got, want) {
+			t.Fatalf("world %d, %d iterations: got %v, %v; want %v", world, n, got, err, want)
+		}
+		if _, err := slowest(all[:len(all)-8], world, n); err == nil {
+			t.Fatal("a short gather passed")
 		}
 	}
 }

@@ -301,8 +301,22 @@ func (f *fakeGPU) recv(dst uint64, n int64, peer int, comm handle, st handle) er
 }
 func (f *fakeGPU) share(int, uint64, handle, int, int) ([]uint64, error) { return nil, ErrNotSupported }
 func (f *fakeGPU) barrier(int, handle, int) error                        { return nil }
-func (f *fakeGPU) beginCapture(handle) error                             { return ErrNotSupported }
-func (f *fakeGPU) endCapture(handle) (handle, error)                     { return 0, ErrNotSupported }
-func (f *fakeGPU) launchGraph(handle, handle) error                      { return ErrNotSupported }
-func (f *fakeGPU) close() error                                          { return nil }
-func (f *fakeGPU) abort()                                                {}
+func (f *fakeGPU) waitValue(st handle, addr uint64, v uint32) error {
+	f.enqueue(st, fakeOp{ready: func() bool { return binary.LittleEndian.Uint32(f.mem[addr:]) == v }, run: func() { binary.LittleEndian.PutUint32(f.mem[addr:], 0) }})
+	return nil
+}
+func (f *fakeGPU) writeValue(st handle, addr uint64, v uint32) error {
+	f.enqueue(st, fakeOp{run: func() { binary.LittleEndian.PutUint32(f.mem[addr:], v) }})
+	return nil
+}
+func (f *fakeGPU) allGather(_ int, mine []byte, _ handle, world int) ([]byte, error) {
+	if world != 1 {
+		return nil, ErrNotSupported
+	}
+	return mine, nil
+}
+func (f *fakeGPU) beginCapture(handle) error         { return ErrNotSupported }
+func (f *fakeGPU) endCapture(handle) (handle, error) { return 0, ErrNotSupported }
+func (f *fakeGPU) launchGraph(handle, handle) error  { return ErrNotSupported }
+func (f *fakeGPU) close() error                      { return nil }
+func (f *fakeGPU) abort()                            {}

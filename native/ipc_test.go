@@ -2,25 +2,47 @@ package native
 
 import (
 	"errors"
-	"github.com/m2n-project/m2n/internal/schedtest"
 	"testing"
 
+	"github.com/m2n-project/m2n/internal/schedtest"
 	"github.com/m2n-project/m2n/plan"
 )
 
-// The copy transport across processes takes schedules whose sends read
-// inputs and wait only for earlier sends to the same peer.
+// The copy transport across processes pushes each transfer with flags, so
+// it takes every schedule whose ops wait only for ops of their own rank:
+// every route m2n builds, and not one with a dependency on another rank's
+// op.
 func TestIPCEligible(t *testing.T) {
-	for _, tc := range []struct {
-		route string
-		ok    bool
-	}{{plan.Flat, true}, {plan.Hierarchical, true}, {plan.AGBcast, false}, {plan.NemoLegacy, false}} {
-		err := ipcEligible(schedtest.TwoGPU(t, tc.route, 4))
-		if (err == nil) != tc.ok {
-			t.Errorf("%s: got %v, want eligible %v", tc.route, err, tc.ok)
+	for _, route := range []string{plan.Flat, plan.Hierarchical, plan.AGBcast, plan.NemoLegacy} {
+		s := schedtest.TwoGPU(t, route, 4)
+		if err := ipcEligible(s); err != nil {
+			t.Errorf("%s: %v", route, err)
 		}
-		if err != nil && !errors.Is(err, ErrScheduleNotSupported) {
-			t.Errorf("%s: %v is not ErrScheduleNotSupported", tc.route, err)
+		// A dependency on another rank's op: the first op with
+		// dependencies waits for an op of another rank instead.
+		cut := false
+		for i := range s.Ops {
+			op := &s.Ops[i]
+			if op.DepLen == 0 {
+				continue
+			}
+			for j := range int32(i) {
+				if s.Ops[j].Rank != op.Rank {
+					s.DepPool[op.DepOff] = j
+					cut = true
+					break
+				}
+			}
+			if cut {
+				break
+			}
+		}
+		if !cut {
+			t.Fatalf("%s: no op to give a dependency on another rank", route)
+		}
+		err := ipcEligible(s)
+		if err == nil || !errors.Is(err, ErrScheduleNotSupported) {
+			t.Errorf("%s with a dependency across ranks: got %v, want ErrScheduleNotSupported", route, err)
 		}
 	}
 }

@@ -51,6 +51,7 @@ FN(CUresult, cuMemcpyHtoD, (CUdeviceptr, const void*, size_t))
 FN(CUresult, cuMemcpyDtoH, (void*, CUdeviceptr, size_t))
 FN(CUresult, cuMemcpyDtoDAsync, (CUdeviceptr, CUdeviceptr, size_t, CUstream))
 FN(CUresult, cuMemsetD8Async, (CUdeviceptr, unsigned char, size_t, CUstream))
+FN(CUresult, cuStreamWriteValue32, (CUstream, CUdeviceptr, unsigned, unsigned))
 FN(CUresult, cuStreamCreate, (CUstream*, unsigned))
 FN(CUresult, cuStreamDestroy, (CUstream))
 FN(CUresult, cuStreamSynchronize, (CUstream))
@@ -149,6 +150,7 @@ int m2n_bind_cuda(void* h, char* missing, int n) {
 	SYM(h, cuMemcpyDtoH, "cuMemcpyDtoH_v2");
 	SYM(h, cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
 	SYM(h, cuMemsetD8Async, "cuMemsetD8Async");
+	SYM(h, cuStreamWriteValue32, "cuStreamWriteValue32_v2", "cuStreamWriteValue32");
 	SYM(h, cuStreamCreate, "cuStreamCreate");
 	SYM(h, cuStreamDestroy, "cuStreamDestroy_v2");
 	SYM(h, cuStreamSynchronize, "cuStreamSynchronize");
@@ -237,6 +239,9 @@ CUresult m2n_cuMemcpyHtoD(ull d, const void* h, size_t n) { return p_cuMemcpyHto
 CUresult m2n_cuMemcpyDtoH(void* h, ull d, size_t n) { return p_cuMemcpyDtoH(h, d, n); }
 CUresult m2n_cuMemcpyDtoDAsync(ull d, ull s, size_t n, uptr st) { return p_cuMemcpyDtoDAsync(d, s, n, (CUstream)st); }
 CUresult m2n_cuMemsetD8Async(ull d, unsigned char v, size_t n, uptr st) { return p_cuMemsetD8Async(d, v, n, (CUstream)st); }
+// CU_STREAM_WRITE_VALUE_DEFAULT (0): the write is fenced after the
+// stream's earlier writes.
+CUresult m2n_cuStreamWriteValue32(uptr st, ull addr, unsigned v) { return p_cuStreamWriteValue32((CUstream)st, addr, v, 0); }
 CUresult m2n_cuStreamCreate(uptr* s) { return p_cuStreamCreate((CUstream*)s, 1); } // non-blocking
 CUresult m2n_cuStreamDestroy(uptr s) { return p_cuStreamDestroy((CUstream)s); }
 CUresult m2n_cuStreamSynchronize(uptr s) { return p_cuStreamSynchronize((CUstream)s); }

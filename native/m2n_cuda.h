@@ -36,6 +36,7 @@ CUresult m2n_cuMemcpyHtoD(ull d, const void* h, size_t n);
 CUresult m2n_cuMemcpyDtoH(void* h, ull d, size_t n);
 CUresult m2n_cuMemcpyDtoDAsync(ull d, ull s, size_t n, uptr st);
 CUresult m2n_cuMemsetD8Async(ull d, unsigned char v, size_t n, uptr st);
+CUresult m2n_cuStreamWriteValue32(uptr st, ull addr, unsigned v);
 CUresult m2n_cuStreamCreate(uptr* s);
 CUresult m2n_cuStreamDestroy(uptr s);
 CUresult m2n_cuStreamSynchronize(uptr s);

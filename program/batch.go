@@ -290,6 +290,7 @@ func recordPoints(steps []Step, m Mode, f func(e int32, at, stream int)) {
 			open = append(open, k)
 		default:
 			each(st.Record, st.More, k, st.Stream)
+			each(st.RRecord, st.RMore, k, st.RStream) // a pushed transfer's recv
 		}
 	}
 }

@@ -28,7 +28,8 @@ type Program struct {
 }
 
 // Stream is one stream of a device: Lane >= 0 a pool stream for local ops
-// and copies, Lane < 0 the stream of NCCL communicator -1-Lane.
+// and copies (Lane == Options.Lanes: the receiving ends of pushed
+// transfers), Lane < 0 the stream of NCCL communicator -1-Lane.
 type Stream struct {
 	Dev  int
 	Lane int
@@ -100,6 +101,14 @@ type Options struct {
 	// NoBatch issues every local op as its own launch, as the executor
 	// did before batch steps (to measure what batching buys).
 	NoBatch bool
+	// Push (Streams mode) runs each transfer's copy on a stream of the
+	// sender's device, its copy engine writing into the receiver, and gives
+	// the recv an end of its own on the receiver's device (RStream, RWaits,
+	// RRecord, as in waves mode): one process per GPU, where each process
+	// issues its end and the two meet through flags in device memory
+	// (docs/native.md). A pull (the receiver's copy engine reading) ran
+	// the dense whole model 1.4x slower over CUDA IPC than in one process.
+	Push bool
 }
 
 // Compile turns a schedule into a program.
@@ -179,8 +188,19 @@ func Compile(s *ir.Schedule, o Options) (*Program, error) {
 			if op.Kind == ir.Recv {
 				from, to = op.Peer, op.Rank
 			}
-			// Both ends of a device copy run on the receiver's device.
+			// Both ends of a device copy run on the receiver's device; each
+			// end on its own rank's device when pushing.
 			rd := dev(to)
+			switch {
+			case o.Push && op.Kind == ir.Recv:
+				// A pushed transfer's receiving end (a wait for its flag)
+				// on a stream of its own: on a sender's stream it would
+				// hold that sender's next copies until the peer's data came.
+				opStream[i] = stream(Stream{Dev: rd, Lane: lanes})
+				continue
+			case o.Push:
+				rd = dev(from)
+			}
 			opStream[i] = stream(Stream{Dev: rd, Lane: lane(rd, [3]int32{from, to, 2})})
 		}
 	}
@@ -195,7 +215,7 @@ func Compile(s *ir.Schedule, o Options) (*Program, error) {
 	// in waves mode each end has its own stream and event (a send may
 	// complete before its recv has).
 	key := func(i int32) int32 {
-		if m == Streams {
+		if m == Streams && !o.Push {
 			return rep(s, i)
 		}
 		return i
@@ -232,7 +252,7 @@ func Compile(s *ir.Schedule, o Options) (*Program, error) {
 			if op.Kind == ir.Recv {
 				snd, rcv = op.Match, i
 			}
-			if m == Streams {
+			if m == Streams && !o.Push {
 				st := opStream[snd]
 				return Step{Kind: Xfer, Op: snd, Stream: st, RStream: st, Record: event[snd], RRecord: -1, Waits: waitsFor(st, snd, rcv), Bytes: s.Ops[snd].Src.Bytes}
 			}
@@ -251,13 +271,17 @@ func Compile(s *ir.Schedule, o Options) (*Program, error) {
 		last := map[int]int{} // stream -> index of its last step
 		for _, i := range order {
 			st := emit(i)
-			if k, ok := last[st.Stream]; ok && st.Kind == Xfer && subset(st.Waits, p.Steps[k].Waits) {
+			// Pushed, the recv has a stream of its own: the step must be
+			// the last on both, or the recv would move ahead of work its
+			// stream orders before it.
+			k, ok := last[st.Stream]
+			if kr, okr := last[st.RStream]; ok && st.Kind == Xfer && okr && kr == k && subset(st.Waits, p.Steps[k].Waits) && subset(st.RWaits, p.Steps[k].RWaits) {
 				if p.Steps[k].Kind == Xfer && adjacent(s, &p.Steps[k], st.Op) {
 					merge(&p.Steps[k], &st)
 					continue
 				}
 			}
-			last[st.Stream] = len(p.Steps)
+			last[st.Stream], last[st.RStream] = len(p.Steps), len(p.Steps)
 			p.Steps = append(p.Steps, st)
 		}
 		if !o.NoBatch {
