@@ -381,7 +381,7 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 			}
 		}
 		for _, r := range s.World {
-			if _, ok := devOf[int32(r.Rank)]; !ok {
+			if _, ok := devOf[int32(r.Rank)]; !ok && x.push {
 				x.flagAt[int32(r.Rank)] = base[r.Rank] + uint64(rankBytes[r.Rank])
 			}
 		}
