@@ -910,17 +910,28 @@ extern "C" __global__ void e4m3_convert(ConvertArgs a) {
 // FlagArgs: flag_wait spins, one thread, until the 32-bit word at addr
 // equals value, then sets it to zero: a pushed transfer's receiver waiting
 // for its data flag (or a sender for its ready flag), written by the other
-// GPU over NVLink (docs/native.md).
+// GPU over NVLink (docs/native.md). It gives up after timeout_ns (the
+// run's --timeout), leaving the flag, so that a peer that died cannot hold
+// this GPU forever: the host's wait times out first and names the peer.
 struct FlagArgs {
-    u64 addr;
+    u64 addr, timeout_ns;
     unsigned value, pad;
 };
-static_assert(sizeof(FlagArgs) == 16, "FlagArgs is mirrored by package native: change both");
+static_assert(sizeof(FlagArgs) == 24, "FlagArgs is mirrored by package native: change both");
+
+__device__ __forceinline__ u64 global_ns() {
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
 
 extern "C" __global__ void flag_wait(FlagArgs a) {
     volatile unsigned* f = (volatile unsigned*)a.addr;
-    while (*f != a.value) __nanosleep(128);
+    const u64 t0 = global_ns();
+    while (*f != a.value) {
+        if (global_ns() - t0 > a.timeout_ns) return;
+        __nanosleep(128);
+    }
     *f = 0;
     __threadfence_system();
 }
-

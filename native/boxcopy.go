@@ -157,10 +157,10 @@ type batchArgs struct {
 }
 
 // flagArgs mirrors FlagArgs in kernels/copy.cu: the flag a flag_wait
-// kernel spins on and the value it waits for.
+// kernel spins on, how long at most (ns), and the value it waits for.
 type flagArgs struct {
-	Addr       uint64
-	Value, Pad uint32
+	Addr, TimeoutNs uint64
+	Value, Pad      uint32
 }
 
 // unitBytes is the work of one unit of a batch: a long run's segment, or

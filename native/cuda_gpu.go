@@ -14,6 +14,7 @@ import "C"
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"strconv"
@@ -480,7 +481,10 @@ func (g *cudaGPU) copy(dst, src uint64, n int64, st handle) error {
 // clears it: a one-thread flag_wait kernel, which holds no stream channel
 // as a cuStreamWaitValue32 would while it waits.
 func (g *cudaGPU) waitValue(st handle, addr uint64, v uint32) error {
-	args := flagArgs{Addr: addr, Value: v}
+	args := flagArgs{Addr: addr, TimeoutNs: math.MaxUint64, Value: v}
+	if g.timeout > 0 {
+		args.TimeoutNs = uint64(g.timeout.Nanoseconds())
+	}
 	return g.launch(g.owner[st], "flag_wait", 1, 32, st, unsafe.Pointer(&args), unsafe.Sizeof(args), 0, 1)
 }
 

@@ -5,6 +5,9 @@
 # the survivor, rank 0, must exit non-zero within --timeout + 10 s, naming
 # rank 1 on its last line. N kills (default 20), one line each, then a
 # summary. Run from the folder holding bin/ (make gpu-test builds it).
+# TRANSPORT (default nccl) and ROUTE (default: every route) pick the run: with
+# TRANSPORT=copy ROUTE=agbcast the processes push copies over CUDA IPC and
+# the survivor waits on a flag its dead peer will never set.
 set -u
 N=${N:-20}
 TIMEOUT=${TIMEOUT:-10}
@@ -14,7 +17,7 @@ tmp=$(mktemp -d)
 pass=0
 for k in $(seq 1 "$N"); do
 	delay=$(python3 -c "import random; print(round(random.uniform(0.5, 12), 2))")
-	run="bin/m2n run --backend nccl --transport nccl --timeout ${TIMEOUT}s --iters 1000000 --warmup 1 paper-2gpu"
+	run="bin/m2n run --backend nccl --transport ${TRANSPORT:-nccl} ${ROUTE:+--route $ROUTE} --timeout ${TIMEOUT}s --iters 1000000 --warmup 1 paper-2gpu"
 	env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 NCCL_COMM_ID=127.0.0.1:$PORT $run > "$tmp/0.out" 2> "$tmp/0.err" &
 	p0=$!
 	env RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 NCCL_COMM_ID=127.0.0.1:$PORT $run > "$tmp/1.out" 2> "$tmp/1.err" &
