@@ -44,7 +44,7 @@ test: lint purity ## lint, check the pure core has no cgo, run every test (Go, t
 	$(MAKE) python-test
 
 python: ## build libm2n.so (the C ABI) into python/m2n, for the Python package (docs/python.md)
-	$(GO) build -buildmode=c-shared -o python/m2n/libm2n.so ./cmd/libm2n
+	$(GO) build -tags m2n_nonvml -buildmode=c-shared -o python/m2n/libm2n.so ./cmd/libm2n
 	rm -f python/m2n/libm2n.h
 
 python-install: python ## copy the m2n package into the running python3's site-packages (a venv's when one is active): no download, no build tool

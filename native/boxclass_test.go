@@ -45,7 +45,7 @@ func TestBoxClassMatchesKernel(t *testing.T) {
 		} else {
 			s = schedtest.Random(t, rng)
 		}
-		off, _, _ := placement(s)
+		off, _, _ := placement(s, nil)
 		x := &Executor{s: s, bufAddr: make([]uint64, len(s.Buffers))}
 		for i := range s.Buffers {
 			x.bufAddr[i] = 1<<30 + uint64(s.Buffers[i].Rank)<<24 + uint64(off[i])

@@ -93,7 +93,7 @@ func loadNCCL() error {
 	loadMu.Lock()
 	defer loadMu.Unlock()
 	if !ncclOK && ncclErr_ == nil {
-		ncclErr_ = openLib("NCCL", EnvNCCL, ncclNames, func(h unsafe.Pointer, m *C.char, n C.int) C.int { return C.m2n_bind_nccl(h, m, n) })
+		ncclErr_ = openLib("NCCL", EnvNCCL, ncclNames, func(h unsafe.Pointer, m *C.char, n C.int) C.int { ncclLib = h; return C.m2n_bind_nccl(h, m, n) })
 		ncclOK = ncclErr_ == nil
 		if ncclOK {
 			var v C.int
@@ -103,6 +103,56 @@ func loadNCCL() error {
 		}
 	}
 	return ncclErr_
+}
+
+// ncclLib is the handle of the libnccl m2n bound.
+var ncclLib unsafe.Pointer
+
+// loadLoadedNCCL binds the libnccl.so.2 this process has already loaded
+// (PyTorch's, for one): a borrowed communicator is only valid in the
+// library that made it, and a second copy must never touch it.
+func loadLoadedNCCL() error {
+	runtime.LockOSThread() // dlerror is per thread
+	defer runtime.UnlockOSThread()
+	names := ncclNames
+	if p := os.Getenv(EnvNCCL); p != "" {
+		names = append([]string{p}, names...)
+	}
+	var buf [512]C.char
+	for _, c := range names {
+		cs := C.CString(c)
+		h := C.m2n_open_loaded(cs, &buf[0], C.int(len(buf)))
+		C.free(unsafe.Pointer(cs))
+		if h == nil {
+			continue
+		}
+		loadMu.Lock()
+		bound := ncclOK
+		same := ncclLib == h
+		loadMu.Unlock()
+		if bound && !same {
+			return fmt.Errorf("%w: m2n has bound another libnccl than the process's %s; a borrowed communicator must be used through the NCCL that made it", ErrNotSupported, c)
+		}
+		if !bound {
+			loadMu.Lock()
+			ncclErr_ = nil
+			if C.m2n_bind_nccl(h, &buf[0], C.int(len(buf))) != 0 {
+				ncclErr_ = fmt.Errorf("the process's %s has no symbol %s: too old?", c, C.GoString(&buf[0]))
+			} else {
+				ncclLib, ncclOK = h, true
+			}
+			loadMu.Unlock()
+			if ncclErr_ != nil {
+				return ncclErr_
+			}
+		}
+		var v C.int
+		if r := C.m2n_ncclGetVersion(&v); r == 0 && v < 21903 {
+			return fmt.Errorf("the process's NCCL is %d, older than 2.19, which m2n needs", int(v))
+		}
+		return nil
+	}
+	return fmt.Errorf("%w: no libnccl.so.2 is loaded in this process, so a communicator cannot be borrowed from it: create the job's NCCL communicator first (for PyTorch, its process group, with one collective run), or set %s to the loaded library's path", ErrNotSupported, EnvNCCL)
 }
 
 func cuErr(call string, r C.CUresult) error {

@@ -45,16 +45,19 @@ var (
 
 // cudaGPU is the device layer over the CUDA driver, NVRTC and NCCL.
 type cudaGPU struct {
-	ctx     map[int]C.uptr
-	sms     map[int]int
-	names   map[int]string
-	archs   map[int]string
-	funcs   map[int]map[string]C.uptr
-	owner   map[handle]int  // stream or event -> device
-	isEvent map[handle]bool // which handles are events (the rest are streams)
-	counter map[int]uint64  // device -> 16 bytes for verify's counters
-	timeout time.Duration
-	graphs  []C.uptr
+	ctx   map[int]C.uptr
+	sms   map[int]int
+	names map[int]string
+	archs map[int]string
+	funcs map[int]map[string]C.uptr
+	owner map[handle]int // stream or event -> device
+	// borrowed: streams of the caller's (External) that close must not
+	// destroy.
+	borrowed map[handle]bool
+	isEvent  map[handle]bool // which handles are events (the rest are streams)
+	counter  map[int]uint64  // device -> 16 bytes for verify's counters
+	timeout  time.Duration
+	graphs   []C.uptr
 
 	// commMu guards comms, which abort may empty from the watchdog's
 	// goroutine while a blocking NCCL call waits on another thread.
@@ -477,6 +480,13 @@ func (g *cudaGPU) copy(dst, src uint64, n int64, st handle) error {
 	})
 }
 
+func (g *cudaGPU) adopt(dev int, st handle) {
+	if g.borrowed == nil {
+		g.borrowed = map[handle]bool{}
+	}
+	g.owner[st], g.borrowed[st] = dev, true
+}
+
 // waitValue makes st wait until the 32-bit word at addr equals v, and
 // clears it: a one-thread flag_wait kernel, which holds no stream channel
 // as a cuStreamWaitValue32 would while it waits.
@@ -685,6 +695,9 @@ func (g *cudaGPU) close() error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	for h, dev := range g.owner {
+		if g.borrowed[h] {
+			continue
+		}
 		g.use(dev)
 		if g.isEvent[h] {
 			C.m2n_cuEventDestroy(C.uptr(h))

@@ -44,6 +44,41 @@ func New(s *ir.Schedule, opt Options) (*Executor, error) {
 	if err := s.Validate(); err != nil {
 		return nil, fmt.Errorf("schedule: %w", err)
 	}
+	if opt.External != nil {
+		// The launch is the borrowed communicator's: its size, its rank and
+		// its GPU.
+		if opt.Backend != NCCL {
+			return nil, fmt.Errorf("%w: a borrowed communicator runs on the nccl backend", ErrNotSupported)
+		}
+		if opt.Transport == TransportCopy {
+			return nil, fmt.Errorf("%w: --transport copy on a caller's arrays (CUDA IPC of a caller's allocations is not built); use nccl", ErrNotSupported)
+		}
+		opt.Transport, opt.Graph = TransportNCCL, false
+		if r := opt.External.Rank; r >= len(s.World) {
+			return nil, fmt.Errorf("rank %d: the schedule has ranks 0..%d", r, len(s.World)-1)
+		} else if r >= 0 {
+			if _, err := externalBuffers(s, int32(s.World[r].Rank), -1, opt.External.Arrays); err != nil {
+				return nil, err
+			}
+		}
+		if opt.External.Comm == 0 {
+			return nil, fmt.Errorf("communicator: a null ncclComm_t")
+		}
+		if err := loadLoadedNCCL(); err != nil {
+			return nil, err
+		}
+		var count, rank, dev C.int
+		if r := C.m2n_ncclCommInfo(C.uptr(opt.External.Comm), &count, &rank, &dev); r != 0 {
+			return nil, ncclErr("ncclCommCount/UserRank/CuDevice of the borrowed communicator", r, 0)
+		}
+		if int(count) != len(s.World) {
+			return nil, fmt.Errorf("communicator: %d ranks, but the schedule has %d; borrow a communicator over the job's whole world, one rank a GPU", int(count), len(s.World))
+		}
+		if r := opt.External.Rank; r >= 0 && r != int(rank) {
+			return nil, fmt.Errorf("communicator: its rank is %d, but the caller said %d", int(rank), r)
+		}
+		opt.Launch = &LaunchEnv{Launcher: "borrowed communicator", Rank: int(rank), World: int(count), LocalRank: int(dev)}
+	}
 	auto := func() string {
 		if err := loadCUDA(); err != nil {
 			return TransportNCCL // New fails on the same error below
@@ -105,7 +140,10 @@ func New(s *ir.Schedule, opt Options) (*Executor, error) {
 	}
 	// NCCL moves the data of the nccl transport; under a launcher it also
 	// exchanges the copy transport's CUDA IPC handles.
-	if opt.Transport == TransportNCCL || opt.Backend == NCCL && opt.Launch != nil {
+	if opt.External != nil {
+		// Borrowed: not in g.comms, so never aborted or destroyed.
+		comms[devs[0]] = []handle{handle(opt.External.Comm)}
+	} else if opt.Transport == TransportNCCL || opt.Backend == NCCL && opt.Launch != nil {
 		if err := g.initNCCL(opt, devs, comms); err != nil {
 			g.close()
 			return nil, err

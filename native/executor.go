@@ -61,6 +61,9 @@ type Options struct {
 	// Profile records, in every timed iteration, when each stream of this
 	// process finished its work (Result.StreamEnds): where the time goes.
 	Profile bool
+	// External runs on the caller's arrays, stream and NCCL communicator
+	// (Execute), not on buffers of m2n's own (Run); NCCL transport only.
+	External *External
 	// push runs the copy transport's transfers as pushes with flags even
 	// in one process (as CUDA IPC with one process per GPU does), so the
 	// fake device checks their protocol.
@@ -192,6 +195,9 @@ type gpu interface {
 	// (fenced): the flags of pushed transfers between processes.
 	waitValue(st handle, addr uint64, v uint32) error
 	writeValue(st handle, addr uint64, v uint32) error
+	// adopt lets the executor use a stream it did not create (the
+	// caller's, External) on dev; close leaves it alone.
+	adopt(dev int, st handle)
 	// allGather gathers every rank's bytes (each len(mine)), in rank order.
 	allGather(dev int, mine []byte, comm handle, world int) ([]byte, error)
 	// CUDA graphs.
@@ -291,7 +297,21 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 	slices.Sort(x.devices)
 	// Memory: refuse before allocating when it does not fit. Each rank's
 	// buffers are one block (placement); a device holds its ranks' blocks.
-	off, rankBytes, rankStaging := placement(s)
+	// With External, the caller's arrays are this rank's inputs and
+	// outputs: only staging is allocated.
+	var ext map[int]uint64
+	if opt.External != nil {
+		if x.mode != program.Waves || len(devOf) != 1 {
+			return nil, fmt.Errorf("%w: running on a caller's arrays takes the NCCL transport and one rank a process", ErrNotSupported)
+		}
+		for r, d := range devOf {
+			var err error
+			if ext, err = externalBuffers(s, r, d, opt.External.Arrays); err != nil {
+				return nil, err
+			}
+		}
+	}
+	off, rankBytes, rankStaging := placement(s, func(i int) bool { _, ok := ext[i]; return ok })
 	x.ipc = opt.Backend == NCCL && x.opt.Transport == TransportCopy && opt.Launch != nil
 	// Over CUDA IPC a receiver pulls where the schedule lets it (pullable:
 	// measured faster for the dense whole model, docs/native.md) and
@@ -344,7 +364,9 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 	x.bufAddr = make([]uint64, len(s.Buffers))
 	for i := range s.Buffers {
 		b := &s.Buffers[i]
-		if d, ok := devOf[int32(b.Rank)]; ok {
+		if a, ok := ext[i]; ok {
+			x.bufAddr[i] = a
+		} else if d, ok := devOf[int32(b.Rank)]; ok {
 			x.bufAddr[i] = x.arena[d] + uint64(rankStart[b.Rank]+off[i])
 		}
 	}
@@ -461,8 +483,11 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 		x.events = append(x.events, ev)
 	}
 	for _, d := range x.devices {
-		st, err := g.newStream(d)
-		if err != nil {
+		var st handle
+		if opt.External != nil {
+			st = handle(opt.External.Stream)
+			g.adopt(d, st)
+		} else if st, err = g.newStream(d); err != nil {
 			x.Close()
 			return nil, err
 		}
@@ -525,8 +550,8 @@ func align(n int64) int64 { return (n + 255) &^ 255 }
 // offsets, so those whose ranges overlap share memory), then every other
 // buffer in schedule order, each 256-byte aligned. It returns each buffer's
 // offset in its rank's block, each rank's block size, and the staging part
-// of it.
-func placement(s *ir.Schedule) (off []int64, rankBytes, rankStaging map[int]int64) {
+// of it. Buffers skip reports (the caller's arrays) are left out.
+func placement(s *ir.Schedule, skip func(buf int) bool) (off []int64, rankBytes, rankStaging map[int]int64) {
 	off = make([]int64, len(s.Buffers))
 	rankBytes, rankStaging = map[int]int64{}, map[int]int64{}
 	for r, n := range s.ArenaBytes() {
@@ -538,6 +563,9 @@ func placement(s *ir.Schedule) (off []int64, rankBytes, rankStaging map[int]int6
 		if b.InArena {
 			off[i] = b.ArenaOffset
 			continue
+		}
+		if skip != nil && skip(i) {
+			continue // the caller's array (External)
 		}
 		off[i] = rankBytes[b.Rank]
 		rankBytes[b.Rank] += align(b.Bytes)

@@ -309,6 +309,12 @@ func (f *fakeGPU) writeValue(st handle, addr uint64, v uint32) error {
 	f.enqueue(st, fakeOp{run: func() { binary.LittleEndian.PutUint32(f.mem[addr:], v) }})
 	return nil
 }
+func (f *fakeGPU) adopt(dev int, st handle) {
+	f.devOf[st] = dev
+	for int(st) >= len(f.streams) {
+		f.streams = append(f.streams, nil)
+	}
+}
 func (f *fakeGPU) allGather(_ int, mine []byte, _ handle, world int) ([]byte, error) {
 	if world != 1 {
 		return nil, ErrNotSupported

@@ -94,6 +94,9 @@ typedef struct { char internal[128]; } ncclUniqueId;
 // bytes over its defaults. cgaClusterSize fills what would be padding.
 typedef struct { size_t size; unsigned magic; unsigned version; int blocking; int cgaClusterSize; } m2nNcclConfig;
 FN(ncclResult_t, ncclGetVersion, (int*))
+FN(ncclResult_t, ncclCommCount, (ncclComm_t, int*))
+FN(ncclResult_t, ncclCommUserRank, (ncclComm_t, int*))
+FN(ncclResult_t, ncclCommCuDevice, (ncclComm_t, int*))
 FN(ncclResult_t, ncclGetUniqueId, (ncclUniqueId*))
 FN(ncclResult_t, ncclCommInitRankConfig, (ncclComm_t*, int, ncclUniqueId, int, m2nNcclConfig*))
 FN(ncclResult_t, ncclCommInitAll, (ncclComm_t*, int, const int*))
@@ -113,6 +116,14 @@ FN(const char*, ncclGetLastError, (ncclComm_t))
 void* m2n_open(const char* path, char* err, int n) {
 	void* h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
 	if (!h) { const char* e = dlerror(); strncpy(err, e ? e : "unknown error", n - 1); err[n - 1] = 0; }
+	return h;
+}
+
+// m2n_open_loaded returns a library this process has already loaded
+// (RTLD_NOLOAD), or 0 with dlerror() in err.
+void* m2n_open_loaded(const char* path, char* err, int n) {
+	void* h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+	if (!h) { const char* e = dlerror(); strncpy(err, e ? e : "not loaded", n - 1); err[n - 1] = 0; }
 	return h;
 }
 
@@ -193,6 +204,9 @@ int m2n_bind_nvrtc(void* h, char* missing, int n) {
 int m2n_bind_nccl(void* h, char* missing, int n) {
 	m2n_nccl = h;
 	SYM(h, ncclGetVersion, "ncclGetVersion");
+	SYM(h, ncclCommCount, "ncclCommCount");
+	SYM(h, ncclCommUserRank, "ncclCommUserRank");
+	SYM(h, ncclCommCuDevice, "ncclCommCuDevice");
 	SYM(h, ncclGetUniqueId, "ncclGetUniqueId");
 	SYM(h, ncclCommInitRankConfig, "ncclCommInitRankConfig");
 	SYM(h, ncclCommInitAll, "ncclCommInitAll");
@@ -289,6 +303,13 @@ nvrtcResult m2n_nvrtcDestroy(uptr p) { nvrtcProgram q = (nvrtcProgram)p; return 
 const char* m2n_nvrtcError(nvrtcResult r) { return p_nvrtcGetErrorString(r); }
 
 ncclResult_t m2n_ncclGetVersion(int* v) { return p_ncclGetVersion(v); }
+// m2n_ncclCommInfo: a communicator's size, rank and CUDA device.
+ncclResult_t m2n_ncclCommInfo(uptr c, int* count, int* rank, int* dev) {
+	ncclResult_t r = p_ncclCommCount((ncclComm_t)c, count);
+	if (r == 0) r = p_ncclCommUserRank((ncclComm_t)c, rank);
+	if (r == 0) r = p_ncclCommCuDevice((ncclComm_t)c, dev);
+	return r;
+}
 ncclResult_t m2n_ncclGetUniqueId(char* out) { ncclUniqueId id; ncclResult_t r = p_ncclGetUniqueId(&id); memcpy(out, id.internal, 128); return r; }
 ncclResult_t m2n_ncclCommInitRank(uptr* comm, int n, const char* idbytes, int rank, int blocking) {
 	ncclUniqueId id; memcpy(id.internal, idbytes, 128);

@@ -4,12 +4,12 @@
 // go build -buildmode=c-shared (make python): plan a schedule from a
 // scenario (TOML) or from tensors (JSON, the scenario file's keys), read
 // its IR back as JSON, simulate it, and run it on the host reference
-// executor with every destination byte checked. Each call returns its
+// executor with every destination byte checked, and execute it on the
+// calling job's GPU arrays, CUDA stream and NCCL communicator. Each call returns its
 // result as a C string the caller frees with m2n_free, or 0 with the error
 // in *err (also to be freed); a panic inside becomes an error, never a
 // crash of the host process. Handles are plain integers; m2n_close
-// releases one. Running on the caller's GPU buffers and NCCL communicator
-// is not in this ABI yet.
+// releases one.
 package capi
 
 /*
@@ -35,6 +35,7 @@ import (
 	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/scenario"
 	"github.com/m2n-project/m2n/model/topo"
+	"github.com/m2n-project/m2n/native"
 	"github.com/m2n-project/m2n/plan"
 	"github.com/m2n-project/m2n/reports"
 	"github.com/m2n-project/m2n/scenarios"
@@ -47,6 +48,10 @@ type held struct {
 	point    *scenario.Point
 	tp       *topo.Topology
 	s        *ir.Schedule
+	// exec: the executor m2n_execute prepared, for its communicator,
+	// stream and arrays (execKey); prepared again when any changes.
+	exec    *native.Executor
+	execKey string
 }
 
 var (
@@ -282,6 +287,74 @@ func m2n_run_host(id C.uint64_t, seed C.uint64_t, errOut **C.char) *C.char {
 	return out
 }
 
+// arrayDoc is one caller array of m2n_execute's table.
+type arrayDoc struct {
+	Ptr        *uint64 `json:"ptr"`
+	Shape      []int64 `json:"shape"`
+	DType      string  `json:"dtype"`
+	Device     *int    `json:"device"`
+	Contiguous *bool   `json:"contiguous"`
+}
+
+// m2n_execute runs the plan once on this process's rank (rank, or -1 for
+// the communicator's: given, the arrays are checked before any library
+// is loaded): over comm (a
+// borrowed ncclComm_t from the NCCL the process loaded; its rank is this
+// process's), ordered on stream (a cudaStream_t; 0 the legacy default
+// stream) after the work queued there and before what is queued next, on
+// the caller's arrays: a JSON object of tensor name -> {"src": A, "dst":
+// A} with A = {"ptr", "shape", "dtype", "device" (-1: unknown),
+// "contiguous"}, the rank's source and destination shards. The first call (and any with
+// another communicator, stream or table) prepares: checks every array
+// against the schedule (errors name the tensor and the field), allocates
+// staging, compiles the kernels; later calls only issue. It returns 0, or
+// 1 with *err set. It does not wait: the caller synchronizes its stream.
+// Calls on one handle must not overlap.
+//
+//export m2n_execute
+func m2n_execute(id C.uint64_t, rank C.int, comm, stream C.uint64_t, arrays *C.char, errOut **C.char) C.int {
+	ok := guard(errOut, func() error {
+		h, err := lookup(id)
+		if err != nil {
+			return err
+		}
+		table := C.GoString(arrays)
+		key := fmt.Sprintf("%d/%d/%d/%s", int(rank), uint64(comm), uint64(stream), table)
+		if h.exec == nil || h.execKey != key {
+			var docs map[string]map[string]arrayDoc
+			dec := json.NewDecoder(strings.NewReader(table))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&docs); err != nil {
+				return fmt.Errorf("arrays: %w", err)
+			}
+			ext := &native.External{Comm: uintptr(comm), Rank: int(rank), Stream: uintptr(stream), Arrays: map[string]map[string]native.Array{}}
+			for name, sides := range docs {
+				ext.Arrays[name] = map[string]native.Array{}
+				for side, d := range sides {
+					if d.Ptr == nil || d.Device == nil || d.Contiguous == nil || d.DType == "" || d.Shape == nil {
+						return fmt.Errorf("arrays: tensor %s: %s: want ptr, shape, dtype, device and contiguous", name, side)
+					}
+					ext.Arrays[name][side] = native.Array{Ptr: *d.Ptr, Shape: d.Shape, DType: d.DType, Device: *d.Device, Contiguous: *d.Contiguous}
+				}
+			}
+			if h.exec != nil {
+				h.exec.Close()
+				h.exec = nil
+			}
+			x, err := native.New(h.s, native.Options{Backend: native.NCCL, External: ext})
+			if err != nil {
+				return err
+			}
+			h.exec, h.execKey = x, key
+		}
+		return h.exec.Execute()
+	})
+	if ok {
+		return 0
+	}
+	return 1
+}
+
 // m2n_close releases a plan; closing one that is not open is an error.
 //
 //export m2n_close
@@ -289,10 +362,14 @@ func m2n_close(id C.uint64_t, errOut **C.char) C.int {
 	ok := guard(errOut, func() error {
 		mu.Lock()
 		defer mu.Unlock()
-		if _, ok := plans[uint64(id)]; !ok {
+		h, ok := plans[uint64(id)]
+		if !ok {
 			return errors.New("m2n_close: plan handle not open")
 		}
 		delete(plans, uint64(id))
+		if h.exec != nil {
+			return h.exec.Close()
+		}
 		return nil
 	})
 	if ok {

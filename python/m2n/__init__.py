@@ -13,15 +13,15 @@ into this package); no PyTorch needed. docs/python.md has the whole story.
         plan.ir            # the Schedule IR as a dict (docs/ir.md)
         plan.simulate()    # the record `m2n sim --json` prints
         plan.check_on_host()  # run it over real bytes, every byte checked
-
-Running on a job's own GPU buffers and NCCL communicator is not here yet.
+        # inside a job, on its GPU tensors, stream and NCCL communicator:
+        plan.execute({"w": {"src": my_shard, "dst": my_replica}}, comm, rank=rank)
 """
 
 import ctypes
 import json
 import os
 
-__all__ = ["M2NError", "Layout", "Tensor", "Plan", "placements_of", "DTYPES"]
+__all__ = ["M2NError", "Layout", "Tensor", "Plan", "placements_of", "DTYPES", "array_of", "torch_comm", "new_comm"]
 
 # The dtypes m2n moves, as scenario files name them.
 DTYPES = ("bf16", "fp16", "fp32", "fp64", "fp8_e4m3", "fp8_e5m2", "int8", "uint8", "int32", "int64")
@@ -55,6 +55,7 @@ def _load():
         ("m2n_ir", [ctypes.c_uint64, errp], cp),
         ("m2n_simulate", [ctypes.c_uint64, errp], cp),
         ("m2n_run_host", [ctypes.c_uint64, ctypes.c_uint64, errp], cp),
+        ("m2n_execute", [ctypes.c_uint64, ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_char_p, errp], ctypes.c_int),
         ("m2n_close", [ctypes.c_uint64, errp], ctypes.c_int),
         ("m2n_free", [cp], None),
     ]:
@@ -97,6 +98,105 @@ def placements_of(placements):
         else:
             raise ValueError(f"placements[{i}] = {p!r}: want Shard(d), Replicate() or a string such as 'S(0)' or 'R'")
     return out
+
+
+# torch dtypes and CUDA Array Interface typestrs, as m2n names them.
+_TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64", "float8_e4m3fn": "fp8_e4m3",
+                 "float8_e5m2": "fp8_e5m2", "int8": "int8", "uint8": "uint8", "int32": "int32", "int64": "int64"}
+_TYPESTRS = {"<f2": "fp16", "<f4": "fp32", "<f8": "fp64", "|i1": "int8", "|u1": "uint8", "<i4": "int32", "<i8": "int64"}
+
+
+def array_of(x, where="array"):
+    """What m2n checks of a device array: {"ptr", "shape", "dtype",
+    "device", "contiguous"}, from a torch tensor (data_ptr(), shape, dtype,
+    device, is_contiguous()) or any object with the CUDA Array Interface
+    (its device unknown: -1)."""
+    if hasattr(x, "data_ptr") and hasattr(x, "dtype") and hasattr(x, "is_contiguous"):
+        dt = str(x.dtype).replace("torch.", "")
+        if dt not in _TORCH_DTYPES:
+            raise ValueError(f"{where}: dtype {x.dtype}: m2n moves {', '.join(sorted(_TORCH_DTYPES))}")
+        dev = getattr(x, "device", None)
+        if getattr(dev, "type", "cuda") != "cuda":
+            raise ValueError(f"{where}: on {dev}, want a CUDA device")
+        index = getattr(dev, "index", None)
+        return {"ptr": int(x.data_ptr()), "shape": [int(d) for d in x.shape], "dtype": _TORCH_DTYPES[dt],
+                "device": -1 if index is None else int(index), "contiguous": bool(x.is_contiguous())}
+    cai = getattr(x, "__cuda_array_interface__", None)
+    if isinstance(cai, dict):
+        ts = cai.get("typestr")
+        if ts not in _TYPESTRS:
+            raise ValueError(f"{where}: typestr {ts!r}: m2n moves {', '.join(sorted(_TYPESTRS))}")
+        shape = [int(d) for d in cai["shape"]]
+        strides = cai.get("strides")
+        dense = strides is None
+        if strides is not None:
+            elem, want, dense = int(ts[2:]), [], True
+            n = elem
+            for d in reversed(shape):
+                want.append(n)
+                n *= d
+            dense = list(strides) == list(reversed(want))
+        return {"ptr": int(cai["data"][0]), "shape": shape, "dtype": _TYPESTRS[ts], "device": -1, "contiguous": dense}
+    raise ValueError(f"{where}: {type(x).__name__} is neither a torch tensor nor has __cuda_array_interface__")
+
+
+def _handle_of(x, what):
+    """An integer handle (a pointer) from an int or an object with .ptr,
+    .cuda_stream or .handle."""
+    if x is None:
+        return 0
+    if isinstance(x, int):
+        return x
+    for attr in ("ptr", "cuda_stream", "handle"):
+        v = getattr(x, attr, None)
+        if isinstance(v, int):
+            return v
+    raise ValueError(f"{what}: {type(x).__name__}: want an int, or an object with .ptr or .cuda_stream")
+
+
+def torch_comm(group=None):
+    """Borrows the ncclComm_t of a torch ProcessGroup (the default group
+    when None) on the current CUDA device, after one collective so that
+    the communicator exists (PyTorch creates it lazily). It needs a PyTorch
+    whose NCCL backend exposes _comm_ptr(); new_comm works with any. While
+    m2n runs on it, nothing else may use the group."""
+    import torch
+    import torch.distributed as dist
+    pg = group if group is not None else dist.group.WORLD
+    backend = pg._get_backend(torch.device("cuda", torch.cuda.current_device()))
+    if not hasattr(backend, "_comm_ptr"):
+        raise M2NError(f"{type(backend).__name__} has no _comm_ptr() in this PyTorch: use m2n.new_comm(group)")
+    t = torch.zeros(1, device="cuda")
+    dist.all_reduce(t, group=pg)
+    torch.cuda.synchronize()
+    return int(backend._comm_ptr())
+
+
+def new_comm(group=None):
+    """Makes an NCCL communicator of m2n's own over a torch ProcessGroup's
+    ranks, on the current CUDA device, with the libnccl.so.2 the process
+    has loaded (PyTorch's): rank 0's unique id is broadcast over the group.
+    Returns the ncclComm_t as an int (ncclCommDestroy is the caller's)."""
+    import torch
+    import torch.distributed as dist
+    nccl = ctypes.CDLL(os.environ.get("M2N_NCCL_LIB", "libnccl.so.2"))
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    uid = ctypes.create_string_buffer(128)
+    if rank == 0 and nccl.ncclGetUniqueId(uid) != 0:
+        raise M2NError("ncclGetUniqueId failed")
+    box = [bytes(uid.raw)]
+    dist.broadcast_object_list(box, src=dist.get_global_rank(group, 0) if group is not None else 0, group=group)
+    uid = ctypes.create_string_buffer(box[0], 128)
+    comm = ctypes.c_void_p()
+    torch.cuda.current_device()
+    # ncclCommInitRank takes the 128-byte id by value: a struct of 128 chars.
+    class _ID(ctypes.Structure):
+        _fields_ = [("internal", ctypes.c_char * 128)]
+    nccl.ncclCommInitRank.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, _ID, ctypes.c_int]
+    r = nccl.ncclCommInitRank(ctypes.byref(comm), world, _ID(uid.raw), rank)
+    if r != 0:
+        raise M2NError(f"ncclCommInitRank failed: NCCL error {r}")
+    return int(comm.value)
 
 
 class Layout:
@@ -211,6 +311,37 @@ class Plan:
         "wrong_bytes", "first_wrong"}."""
         lib, p = _call("m2n_run_host", self._handle(), int(seed))
         return json.loads(_take(lib, p))
+
+    def execute(self, arrays, comm, stream=None, rank=-1):
+        """Runs the schedule once on this process's rank of it, on the job's
+        own GPU arrays: arrays maps each tensor name to {"src": shard,
+        "dst": shard} (or a (src, dst) pair; leave out a side the rank does
+        not hold), torch tensors or objects with the CUDA Array Interface;
+        comm is the borrowed ncclComm_t (an int, or an object with .ptr:
+        torch_comm(group) or new_comm(group)); stream the CUDA stream it is
+        ordered on (an int or a torch.cuda.Stream; None: torch's current
+        stream when torch is imported, else the default stream); rank this
+        process's rank (-1: the communicator's; given, the arrays are
+        checked before anything is loaded). It returns once the work is
+        queued on the stream. A wrong array raises M2NError naming the
+        tensor and the field."""
+        if not isinstance(arrays, dict) or not arrays:
+            raise ValueError("execute: arrays: want a dict of tensor name -> {'src': ..., 'dst': ...}")
+        table = {}
+        for name, sides in arrays.items():
+            if isinstance(sides, (tuple, list)):
+                if len(sides) != 2:
+                    raise ValueError(f"tensor {name}: want (src, dst), got {len(sides)} items")
+                sides = {"src": sides[0], "dst": sides[1]}
+            if not isinstance(sides, dict):
+                raise ValueError(f"tensor {name}: want {{'src': ..., 'dst': ...}} or a (src, dst) pair")
+            table[name] = {side: array_of(a, f"tensor {name}: {side}") for side, a in sides.items() if a is not None}
+        if stream is None:
+            import sys
+            torch = sys.modules.get("torch")
+            if torch is not None and torch.cuda.is_available():
+                stream = torch.cuda.current_stream().cuda_stream
+        _call("m2n_execute", self._handle(), int(rank), _handle_of(comm, "comm"), _handle_of(stream, "stream"), json.dumps(table).encode())
 
     def close(self):
         if self._h is not None:

@@ -27,6 +27,81 @@ class Replicate:
     pass
 
 
+class Device:
+    def __init__(self, index):
+        self.type, self.index = "cuda", index
+
+
+class FakeTensor:  # what m2n reads of a torch tensor, with no GPU
+    def __init__(self, ptr, shape, dtype="torch.bfloat16", device=0, contiguous=True):
+        self.ptr, self.shape, self.dtype, self.device, self.contiguous = ptr, shape, dtype, Device(device), contiguous
+
+    def data_ptr(self):
+        return self.ptr
+
+    def is_contiguous(self):
+        return self.contiguous
+
+
+class CAI:  # an array with the CUDA Array Interface
+    def __init__(self, ptr, shape, typestr="<f2", strides=None):
+        self.__cuda_array_interface__ = {"data": (ptr, False), "shape": tuple(shape), "typestr": typestr, "strides": strides, "version": 3}
+
+
+class ExecuteTest(unittest.TestCase):
+    """Plan.execute's checks of a caller's arrays, which run before any GPU
+    library is loaded when the rank is given."""
+
+    def setUp(self):
+        self.plan = m2n.Plan.from_tensors([m2n.Tensor("w", [4, 256, 1024], "bf16", src=m2n.Layout([2], [0, 1], ["S(0)"]),
+                                                      dst=m2n.Layout([2], [0, 1], ["R"]))],
+                                          {"preset": "hgx-h200", "gpus_per_domain": 1}, route="flat")
+
+    def tearDown(self):
+        self.plan.close()
+
+    def good(self):
+        return {"w": {"src": FakeTensor(1 << 30, (2, 256, 1024), device=1), "dst": FakeTensor(2 << 30, (4, 256, 1024), device=1)}}
+
+    def check(self, arrays, want, rank=1, comm=1234):
+        with self.assertRaises(m2n.M2NError) as cm:
+            self.plan.execute(arrays, comm, stream=0, rank=rank)
+        self.assertIn(want, str(cm.exception))
+
+    def test_wrong_arrays_name_tensor_and_field(self):
+        a = self.good()
+        a["w"]["src"].shape = (4, 256, 1024)
+        self.check(a, "tensor w: src: shape [4 256 1024], want [2 256 1024]")
+        a = self.good()
+        a["w"]["dst"].dtype = "torch.float16"
+        self.check(a, "tensor w: dst: dtype fp16, want bf16")
+        a = self.good()
+        a["w"]["dst"].contiguous = False
+        self.check(a, "tensor w: dst: not contiguous")
+        a = self.good()
+        del a["w"]["dst"]
+        self.check(a, "tensor w: no dst array given for rank 1")
+        a = self.good()
+        a["v"] = {"src": a["w"]["src"]}
+        self.check(a, "tensor v: not in the schedule")
+        self.check(self.good(), "rank 2: the schedule has ranks 0..1", rank=2)
+        with self.assertRaises(ValueError) as cm:
+            self.plan.execute({"w": {"src": object()}}, 1234, stream=0, rank=1)
+        self.assertIn("tensor w: src: object is neither a torch tensor nor has __cuda_array_interface__", str(cm.exception))
+
+    def test_cuda_array_interface(self):
+        self.assertEqual(m2n.array_of(CAI(4096, (8, 16), "<f4")), {"ptr": 4096, "shape": [8, 16], "dtype": "fp32", "device": -1, "contiguous": True})
+        self.assertFalse(m2n.array_of(CAI(4096, (8, 16), "<f4", strides=(4, 32)))["contiguous"])
+        self.assertTrue(m2n.array_of(CAI(4096, (8, 16), "<f4", strides=(64, 4)))["contiguous"])
+
+    def test_good_arrays_reach_the_communicator(self):
+        # Past the arrays' checks: a null communicator is refused, and a
+        # given one needs the process's own libnccl (none is loaded here).
+        self.check(self.good(), "communicator: a null ncclComm_t", comm=0)
+        with self.assertRaises(m2n.M2NError):
+            self.plan.execute(self.good(), 1234, stream=0, rank=1)
+
+
 class PlanTest(unittest.TestCase):
     def test_tensors_plan_simulate_check(self):
         with m2n.Plan.from_tensors([paper_2gpu_tensor()], {"preset": "hgx-h200", "gpus_per_domain": 1}, route="flat") as plan:
