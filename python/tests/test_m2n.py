@@ -102,6 +102,44 @@ class ExecuteTest(unittest.TestCase):
             self.plan.execute(self.good(), 1234, stream=0, rank=1)
 
 
+class AdapterTest(unittest.TestCase):
+    """The framework-shaped adapters plan as Plan.from_tensors does and hand
+    the shards to execute."""
+
+    def test_xferdtensor_plans_once_and_executes(self):
+        from m2n import adapters
+        mesh = ([2], [0, 1])
+        shard = FakeTensor(1 << 30, (2, 256, 1024), device=1)
+        whole = FakeTensor(2 << 30, (4, 256, 1024), device=1)
+        self.assertEqual(adapters.global_shape(shard.shape, m2n.Layout(*mesh, ["S(0)"])), [4, 256, 1024])
+        with self.assertRaises(m2n.M2NError) as cm:  # planned; stops at the (null) communicator
+            adapters.xferdtensor(shard, mesh, [Shard(0)], whole, mesh, [Replicate()], name="w", comm=0, rank=1)
+        self.assertIn("communicator: a null ncclComm_t", str(cm.exception))
+        self.assertEqual(len(adapters._plans), 1)
+        with self.assertRaises(m2n.M2NError):
+            adapters.xferdtensor(shard, mesh, [Shard(0)], whole, mesh, [Replicate()], name="w", comm=0, rank=1)
+        self.assertEqual(len(adapters._plans), 1, "the same tensor and layouts planned twice")
+        plan = next(iter(adapters._plans.values()))
+        with m2n.Plan.from_tensors([m2n.Tensor("w", [4, 256, 1024], "bf16", src=m2n.Layout(*mesh, ["S(0)"]), dst=m2n.Layout(*mesh, ["R"]))],
+                                   {"preset": "hgx-h200", "gpus_per_domain": 1}, route="flat") as direct:
+            self.assertEqual(plan.ir, direct.ir)
+        with self.assertRaises(m2n.M2NError) as cm:  # a wrong shard is named
+            adapters.xferdtensor(FakeTensor(1 << 30, (2, 256, 1024), dtype="torch.float16", device=1), mesh, [Shard(0)], whole, mesh,
+                                 [Replicate()], name="w", shape=[4, 256, 1024], comm=0, rank=1)
+        self.assertIn("tensor w", str(cm.exception))
+
+    def test_weight_transfer_shape(self):
+        from m2n import adapters
+        wt = adapters.WeightTransfer([paper_2gpu_tensor()], {"preset": "hgx-h200", "gpus_per_domain": 1})
+        with self.assertRaises(m2n.M2NError):
+            wt.update({})
+        wt.start(0, stream=0, rank=0)
+        with self.assertRaises(m2n.M2NError) as cm:
+            wt.update({"experts.gate_proj": {"src": FakeTensor(1 << 30, (8, 2048, 7168)), "dst": FakeTensor(2 << 30, (16, 2048, 7168))}})
+        self.assertIn("communicator: a null ncclComm_t", str(cm.exception))
+        wt.finish()
+
+
 class PlanTest(unittest.TestCase):
     def test_tensors_plan_simulate_check(self):
         with m2n.Plan.from_tensors([paper_2gpu_tensor()], {"preset": "hgx-h200", "gpus_per_domain": 1}, route="flat") as plan:
