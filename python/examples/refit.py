@@ -13,6 +13,7 @@ groups in order); reordering it into another framework's layout is the
 loader's job, not a reshard.
 
     torchrun --nproc-per-node 2 python/examples/refit.py [--layers 4] [--ir refit.ir]
+    python3 python/examples/refit.py --plan-only     # its CPU half: no GPU, no torch
 
 Prints, on rank 0, the plan's model and SOL, the first call (which checks
 the arrays, allocates staging and compiles the kernels) and the median of
@@ -23,9 +24,6 @@ import argparse
 import os
 import sys
 import time
-
-import torch
-import torch.distributed as dist
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import m2n  # noqa: E402
@@ -47,35 +45,55 @@ def model(layers, h, ffn, vocab, heads, kv):
     return out + [("norm.weight", [h], None), ("lm_head.weight", [vocab, h], 0)]
 
 
+TOPOLOGY = {"preset": "hgx-h200-measured", "gpus_per_domain": 1}
+
+
+def plan_tensors(layers, world, dims=(4096, 14336, 128256, 32, 8)):
+    """The m2n tensors of the model: TP over the world -> whole on each."""
+    ranks = list(range(world))
+    return [m2n.Tensor(name, shape, "bf16", src=m2n.Layout([world], ranks, ["R" if dim is None else f"S({dim})"]),
+                       dst=m2n.Layout([world], ranks, ["R"])) for name, shape, dim in model(layers, *dims)]
+
+
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--plan-only", action="store_true", help="plan, simulate and check on the host; no GPU, no torch")
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--route", default="flat")
     ap.add_argument("--ir", default="")
     a = ap.parse_args()
+    if a.plan_only:
+        with m2n.Plan.from_tensors(plan_tensors(a.layers, 2), TOPOLOGY, route=a.route) as plan:
+            rec, ir = plan.simulate(), plan.ir
+            print(f"refit plan: {len(ir['tensors'])} tensors, {len(ir['ops'])} ops, route {a.route}: "
+                  f"model {rec['modeled_s'] * 1e3:.3f} ms, SOL {rec['sol_s'] * 1e3:.3f} ms on {TOPOLOGY['preset']}")
+        # The same shapes, 16x smaller a dim, through the host executor.
+        with m2n.Plan.from_tensors(plan_tensors(2, 2, (256, 896, 8016, 2, 1)), TOPOLOGY, route=a.route) as small:
+            res = small.check_on_host()
+            print(f"refit plan: the model 16x smaller a dim on the host executor: {res['checked_bytes']} bytes checked, {res['wrong_bytes']} wrong")
+            return 1 if res["wrong_bytes"] else 0
+    import torch
+    import torch.distributed as dist
     dist.init_process_group("nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     assert world == 2, "run on two GPUs: torchrun --nproc-per-node 2"
-    ranks = list(range(world))
-    tensors, whole, arrays = [], {}, {}
+    tensors, whole, arrays = plan_tensors(a.layers, world), {}, {}
     for k, (name, shape, dim) in enumerate(model(a.layers, 4096, 14336, 128256, 32, 8)):
         g = torch.Generator(device="cuda").manual_seed(1000 + k)
         full = torch.randn(shape, generator=g, device="cuda", dtype=torch.bfloat16)
         src = full if dim is None else full.chunk(world, dim)[rank].contiguous()
         whole[name] = full
         arrays[name] = {"src": src, "dst": torch.empty_like(full)}
-        tensors.append(m2n.Tensor(name, shape, torch.bfloat16, src=m2n.Layout([world], ranks, ["R" if dim is None else f"S({dim})"]),
-                                  dst=m2n.Layout([world], ranks, ["R"])))
     moved = sum(t.numel() * t.element_size() for t in whole.values())
     try:
         comm, how = m2n.torch_comm(), "borrowed from torch's process group"
     except m2n.M2NError as e:
         comm, how = m2n.new_comm(), f"new, over torch's ranks ({e})"
     stream = torch.cuda.current_stream()
-    with m2n.Plan.from_tensors(tensors, {"preset": "hgx-h200-measured", "gpus_per_domain": 1}, route=a.route) as plan:
+    with m2n.Plan.from_tensors(tensors, TOPOLOGY, route=a.route) as plan:
         rec = plan.simulate()
         if rank == 0 and a.ir:
             import json
@@ -109,8 +127,8 @@ def main():
             print(f"refit: first call {first * 1e3:.1f} ms (checks, staging, kernels); median of {a.iters} {t[0].item():.3f} ms "
                   f"(slowest rank; min {times[0]:.3f} ms on rank 0); {int(t[1].item())} tensors wrong")
     dist.destroy_process_group()
-    sys.exit(1 if t[1].item() else 0)
+    return 1 if t[1].item() else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

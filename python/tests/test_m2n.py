@@ -140,6 +140,16 @@ class AdapterTest(unittest.TestCase):
         wt.finish()
 
 
+class ExampleTest(unittest.TestCase):
+    def test_refit_example_cpu_half(self):
+        # The refit example's half that needs no GPU and no torch: plan,
+        # simulate, and the same shapes smaller through the host executor.
+        out = subprocess.run([sys.executable, os.path.join(HERE, "..", "examples", "refit.py"), "--plan-only"],
+                             capture_output=True, text=True, check=True).stdout
+        self.assertIn("refit plan: 31 tensors", out)
+        self.assertIn(", 0 wrong", out)
+
+
 class PlanTest(unittest.TestCase):
     def test_tensors_plan_simulate_check(self):
         with m2n.Plan.from_tensors([paper_2gpu_tensor()], {"preset": "hgx-h200", "gpus_per_domain": 1}, route="flat") as plan:
