@@ -324,7 +324,14 @@ class Plan:
         process's rank (-1: the communicator's; given, the arrays are
         checked before anything is loaded). It returns once the work is
         queued on the stream. A wrong array raises M2NError naming the
-        tensor and the field."""
+        tensor and the field. bind() does the Python half once."""
+        self.bind(arrays, comm, stream, rank)()
+
+    def bind(self, arrays, comm, stream=None, rank=-1):
+        """execute's arguments read once (every array's pointer, shape and
+        dtype): returns a function that runs the schedule with them, each
+        call only crossing into m2n, for a refit loop over arrays that stay
+        where they are."""
         if not isinstance(arrays, dict) or not arrays:
             raise ValueError("execute: arrays: want a dict of tensor name -> {'src': ..., 'dst': ...}")
         table = {}
@@ -341,7 +348,15 @@ class Plan:
             torch = sys.modules.get("torch")
             if torch is not None and torch.cuda.is_available():
                 stream = torch.cuda.current_stream().cuda_stream
-        _call("m2n_execute", self._handle(), int(rank), _handle_of(comm, "comm"), _handle_of(stream, "stream"), json.dumps(table).encode())
+        lib = _load()
+        args = (self._handle(), int(rank), _handle_of(comm, "comm"), _handle_of(stream, "stream"), json.dumps(table).encode())
+
+        def run():
+            err = ctypes.c_void_p()
+            lib.m2n_execute(*args, ctypes.byref(err))
+            if err.value:
+                raise M2NError(_take(lib, err.value))
+        return run
 
     def close(self):
         if self._h is not None:
