@@ -9,7 +9,7 @@ PURE     := ./model/... ./ir/... ./program/... ./hostexec/... ./plan/... ./sim/.
 FUZZTIME ?= 30s
 
 .DEFAULT_GOAL := help
-.PHONY: help build run report test lint purity bench fuzz clean gpu-test python python-install python-test
+.PHONY: help build run report test lint purity bench fuzz clean gpu-test python python-install python-test python-pip-test
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -39,9 +39,10 @@ report: build ## regenerate the README's headline chart and table (docs/figures)
 	  README.md > out/README.md.tmp && mv out/README.md.tmp README.md
 	@echo "updated $(FIGURES) and the README's results table"
 
-test: lint purity ## lint, check the pure core has no cgo, run every test (Go, then the Python package's)
+test: lint purity ## lint, check the pure core has no cgo, run every test (Go, then the Python package's, then its pip install)
 	$(GO) test -shuffle=on ./...
 	$(MAKE) python-test
+	$(MAKE) python-pip-test
 
 python: ## build libm2n.so (the C ABI) into python/m2n, for the Python package (docs/python.md)
 	$(GO) build -tags m2n_nonvml -buildmode=c-shared -o python/m2n/libm2n.so ./cmd/libm2n
@@ -52,6 +53,19 @@ python-install: python ## copy the m2n package into the running python3's site-p
 
 python-test: python build ## the Python package's tests, without a GPU
 	cd python && M2N_BIN=$(CURDIR)/$(BIN) python3 -m unittest discover -s tests -v
+
+# The README's install on a fresh machine: a venv over the system Python
+# (its setuptools and wheel; .ci/run installs them with apt where absent),
+# pip install --no-build-isolation with no package index, then the refit
+# example's CPU half from outside the repository, on the installed package.
+PYSYS ?= /usr/bin/python3
+python-pip-test: python ## pip-install the package into a fresh venv offline and run the example's CPU half with it
+	rm -rf $(CURDIR)/.pipvenv && $(PYSYS) -m venv --system-site-packages $(CURDIR)/.pipvenv
+	tmp=$$(mktemp -d) && cp -r python/m2n python/pyproject.toml $$tmp/ && rm -rf $$tmp/m2n/__pycache__ \
+		&& PIP_NO_INDEX=1 $(CURDIR)/.pipvenv/bin/pip install -q --no-build-isolation $$tmp && rm -rf $$tmp
+	cd / && $(CURDIR)/.pipvenv/bin/python -c 'import m2n, sys; assert "/.pipvenv/" in m2n.__file__, m2n.__file__' \
+		&& $(CURDIR)/.pipvenv/bin/python $(CURDIR)/python/examples/refit.py --plan-only
+	rm -rf $(CURDIR)/.pipvenv
 
 lint: ## gofmt, go vet, and the import rules of docs/architecture.md
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -21,8 +21,11 @@ import sys
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import m2n  # noqa: E402
+try:
+    import m2n  # installed (pip install --no-build-isolation ./python)
+except ImportError:  # or the repository's copy
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    import m2n
 
 DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 

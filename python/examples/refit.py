@@ -25,8 +25,11 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import m2n  # noqa: E402
+try:
+    import m2n  # installed (pip install --no-build-isolation ./python)
+except ImportError:  # or the repository's copy
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    import m2n
 
 
 def model(layers, h, ffn, vocab, heads, kv):
