@@ -62,13 +62,18 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--plan-only", action="store_true", help="plan, simulate and check on the host; no GPU, no torch")
     ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--dims", default="4096,14336,128256,32,8",
+                    help="hidden, ffn, vocab, heads, kv heads (default Llama-3.1-8B's; Qwen2.5-7B: 3584,18944,152064,28,4)")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--route", default="flat")
     ap.add_argument("--ir", default="")
     a = ap.parse_args()
+    dims = tuple(int(x) for x in a.dims.split(","))
+    if len(dims) != 5 or min(dims) <= 0 or dims[0] % dims[3] or dims[3] % dims[4]:
+        ap.error(f"--dims {a.dims}: want five positive integers, hidden a multiple of heads and heads of kv heads")
     if a.plan_only:
-        with m2n.Plan.from_tensors(plan_tensors(a.layers, 2), TOPOLOGY, route=a.route) as plan:
+        with m2n.Plan.from_tensors(plan_tensors(a.layers, 2, dims), TOPOLOGY, route=a.route) as plan:
             rec, ir = plan.simulate(), plan.ir
             print(f"refit plan: {len(ir['tensors'])} tensors, {len(ir['ops'])} ops, route {a.route}: "
                   f"model {rec['modeled_s'] * 1e3:.3f} ms, SOL {rec['sol_s'] * 1e3:.3f} ms on {TOPOLOGY['preset']}")
@@ -83,8 +88,8 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     assert world == 2, "run on two GPUs: torchrun --nproc-per-node 2"
-    tensors, whole, arrays = plan_tensors(a.layers, world), {}, {}
-    for k, (name, shape, dim) in enumerate(model(a.layers, 4096, 14336, 128256, 32, 8)):
+    tensors, whole, arrays = plan_tensors(a.layers, world, dims), {}, {}
+    for k, (name, shape, dim) in enumerate(model(a.layers, *dims)):
         g = torch.Generator(device="cuda").manual_seed(1000 + k)
         full = torch.randn(shape, generator=g, device="cuda", dtype=torch.bfloat16)
         src = full if dim is None else full.chunk(world, dim)[rank].contiguous()
