@@ -910,9 +910,10 @@ extern "C" __global__ void e4m3_convert(ConvertArgs a) {
 // FlagArgs: flag_wait spins, one thread, until the 32-bit word at addr
 // equals value, then sets it to zero: a pushed transfer's receiver waiting
 // for its data flag (or a sender for its ready flag), written by the other
-// GPU over NVLink (docs/native.md). It gives up after timeout_ns (the
-// run's --timeout), leaving the flag, so that a peer that died cannot hold
-// this GPU forever: the host's wait times out first and names the peer.
+// GPU over NVLink (docs/native.md). It gives up after timeout_ns (longer
+// than the host's wait with its abort), leaving the flag, so that a peer
+// that died cannot hold this GPU forever: the host's wait times out first
+// and names the peer. One thread (any other returns).
 struct FlagArgs {
     u64 addr, timeout_ns;
     unsigned value, pad;
@@ -926,6 +927,7 @@ __device__ __forceinline__ u64 global_ns() {
 }
 
 extern "C" __global__ void flag_wait(FlagArgs a) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
     volatile unsigned* f = (volatile unsigned*)a.addr;
     const u64 t0 = global_ns();
     while (*f != a.value) {

@@ -39,6 +39,12 @@ var (
 
 // openLib dlopens the first loadable candidate and binds its symbols.
 func openLib(name, env string, names []string, bind func(h unsafe.Pointer, missing *C.char, n C.int) C.int) error {
+	return openWith(name, env, names, bind, func(p *C.char, e *C.char, n C.int) unsafe.Pointer { return C.m2n_open(p, e, n) })
+}
+
+// openWith opens the first of env's path and names that open does
+// (dlopen, or dlopen of a library already loaded) and bind binds.
+func openWith(name, env string, names []string, bind func(h unsafe.Pointer, missing *C.char, n C.int) C.int, open func(p *C.char, e *C.char, n C.int) unsafe.Pointer) error {
 	runtime.LockOSThread() // dlerror is per thread
 	defer runtime.UnlockOSThread()
 	cands := names
@@ -49,7 +55,7 @@ func openLib(name, env string, names []string, bind func(h unsafe.Pointer, missi
 	var buf [512]C.char
 	for _, c := range cands {
 		cs := C.CString(c)
-		h := C.m2n_open(cs, &buf[0], C.int(len(buf)))
+		h := open(cs, &buf[0], C.int(len(buf)))
 		C.free(unsafe.Pointer(cs))
 		if h == nil {
 			lerr.Tried = append(lerr.Tried, fmt.Sprintf("%s (%s)", c, C.GoString(&buf[0])))
@@ -98,7 +104,7 @@ func loadNCCL() error {
 		if ncclOK {
 			var v C.int
 			if r := C.m2n_ncclGetVersion(&v); r == 0 && v < 21903 {
-				ncclErr_, ncclOK = fmt.Errorf("NCCL %d is older than 2.19, which m2n needs", int(v)), false
+				ncclErr_, ncclOK = fmt.Errorf("NCCL %d is older than 2.19.3, which m2n needs", int(v)), false
 			}
 		}
 	}
@@ -112,47 +118,28 @@ var ncclLib unsafe.Pointer
 // (PyTorch's, for one): a borrowed communicator is only valid in the
 // library that made it, and a second copy must never touch it.
 func loadLoadedNCCL() error {
-	runtime.LockOSThread() // dlerror is per thread
-	defer runtime.UnlockOSThread()
-	names := ncclNames
-	if p := os.Getenv(EnvNCCL); p != "" {
-		names = append([]string{p}, names...)
+	loadMu.Lock()
+	defer loadMu.Unlock()
+	var loaded unsafe.Pointer
+	err := openWith("NCCL (loaded by this process)", EnvNCCL, ncclNames, func(h unsafe.Pointer, m *C.char, n C.int) C.int {
+		loaded = h
+		if ncclOK {
+			return 0 // bound already: compared below
+		}
+		return C.m2n_bind_nccl(h, m, n)
+	}, func(p *C.char, e *C.char, n C.int) unsafe.Pointer { return C.m2n_open_loaded(p, e, n) })
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: no libnccl.so.2 is loaded in this process, so a communicator cannot be borrowed from it: create the job's NCCL communicator first (for PyTorch, its process group, with one collective run), or set %s to the loaded library's path (%v)", ErrNotSupported, EnvNCCL, err)
+	case ncclOK && ncclLib != loaded:
+		return fmt.Errorf("%w: m2n has bound another libnccl than the one this process loaded; a borrowed communicator must be used through the NCCL that made it", ErrNotSupported)
 	}
-	var buf [512]C.char
-	for _, c := range names {
-		cs := C.CString(c)
-		h := C.m2n_open_loaded(cs, &buf[0], C.int(len(buf)))
-		C.free(unsafe.Pointer(cs))
-		if h == nil {
-			continue
-		}
-		loadMu.Lock()
-		bound := ncclOK
-		same := ncclLib == h
-		loadMu.Unlock()
-		if bound && !same {
-			return fmt.Errorf("%w: m2n has bound another libnccl than the process's %s; a borrowed communicator must be used through the NCCL that made it", ErrNotSupported, c)
-		}
-		if !bound {
-			loadMu.Lock()
-			ncclErr_ = nil
-			if C.m2n_bind_nccl(h, &buf[0], C.int(len(buf))) != 0 {
-				ncclErr_ = fmt.Errorf("the process's %s has no symbol %s: too old?", c, C.GoString(&buf[0]))
-			} else {
-				ncclLib, ncclOK = h, true
-			}
-			loadMu.Unlock()
-			if ncclErr_ != nil {
-				return ncclErr_
-			}
-		}
-		var v C.int
-		if r := C.m2n_ncclGetVersion(&v); r == 0 && v < 21903 {
-			return fmt.Errorf("the process's NCCL is %d, older than 2.19, which m2n needs", int(v))
-		}
-		return nil
+	ncclLib, ncclOK, ncclErr_ = loaded, true, nil
+	var v C.int
+	if r := C.m2n_ncclGetVersion(&v); r == 0 && v < 21903 {
+		return fmt.Errorf("the process's NCCL is %d, older than 2.19.3, which m2n needs", int(v))
 	}
-	return fmt.Errorf("%w: no libnccl.so.2 is loaded in this process, so a communicator cannot be borrowed from it: create the job's NCCL communicator first (for PyTorch, its process group, with one collective run), or set %s to the loaded library's path", ErrNotSupported, EnvNCCL)
+	return nil
 }
 
 func cuErr(call string, r C.CUresult) error {

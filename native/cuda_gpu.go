@@ -72,6 +72,9 @@ type cudaGPU struct {
 	// peers names the ranks this process exchanges with ("rank 1 (NCCL
 	// rank 1)"), for the error of a timeout.
 	peers string
+	// lent is a borrowed communicator (External): polled for errors, never
+	// aborted or destroyed, and its calls not under m2n's watchdog.
+	lent C.uptr
 }
 
 func cudaDevice(ord int) (C.int, error) {
@@ -491,11 +494,14 @@ func (g *cudaGPU) adopt(dev int, st handle) {
 // clears it: a one-thread flag_wait kernel, which holds no stream channel
 // as a cuStreamWaitValue32 would while it waits.
 func (g *cudaGPU) waitValue(st handle, addr uint64, v uint32) error {
+	// The kernel gives up after the host's wait would have timed out and
+	// aborted (timeout, then abortGrace), plus 2 s: the host reports the
+	// silent peer first.
 	args := flagArgs{Addr: addr, TimeoutNs: math.MaxUint64, Value: v}
 	if g.timeout > 0 {
-		args.TimeoutNs = uint64(g.timeout.Nanoseconds())
+		args.TimeoutNs = uint64((g.timeout + abortGrace + 2*time.Second).Nanoseconds())
 	}
-	return g.launch(g.owner[st], "flag_wait", 1, 32, st, unsafe.Pointer(&args), unsafe.Sizeof(args), 0, 1)
+	return g.launch(g.owner[st], "flag_wait", 1, 1, st, unsafe.Pointer(&args), unsafe.Sizeof(args), 0, 1)
 }
 
 // writeValue writes v to the 32-bit word at addr on st, after (and

@@ -66,6 +66,11 @@ func (g *cudaGPU) share(dev int, base uint64, comm handle, world, me int) ([]uin
 // allGather gathers every rank's bytes (each len(mine)) through NCCL, in
 // rank order. The caller holds dev's context.
 func (g *cudaGPU) allGather(dev int, mine []byte, comm handle, world int) ([]byte, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := g.use(dev); err != nil {
+		return nil, err
+	}
 	n := len(mine)
 	var buf C.ull
 	if r := C.m2n_cuMemAlloc(&buf, C.size_t(n*(world+1))); r != 0 {
@@ -117,8 +122,19 @@ func (g *cudaGPU) commList() []C.uptr {
 	return append([]C.uptr(nil), g.comms...)
 }
 
+// polled lists the communicators whose asynchronous state m2n polls:
+// its own and a borrowed one (External), which is never aborted or
+// destroyed.
+func (g *cudaGPU) polled() []C.uptr {
+	cs := g.commList()
+	if g.lent != 0 {
+		cs = append(cs, g.lent)
+	}
+	return cs
+}
+
 func (g *cudaGPU) commErrors() error {
-	for _, c := range g.commList() {
+	for _, c := range g.polled() {
 		var st C.int
 		if r := C.m2n_ncclCommGetAsyncError(c, &st); r != 0 {
 			return ncclErr("ncclCommGetAsyncError", r, uintptr(c))
@@ -146,6 +162,12 @@ func (g *cudaGPU) abort() {
 // returned after the timeout, every communicator is aborted (which makes
 // the call return) and the result is a timeout.
 func (g *cudaGPU) watched(call string, f func() C.ncclResult_t) error {
+	if g.lent != 0 {
+		// A borrowed communicator is the job's: m2n neither aborts it nor
+		// ends the job's process when a call blocks (its framework's own
+		// watchdog does, as for its other collectives).
+		return ncclErr(call, f(), 0)
+	}
 	var r C.ncclResult_t
 	why := func() string {
 		return fmt.Sprintf("%v: %s did not return within %v: no progress from %s (a peer that stopped answering?)", ErrTimeout, call, g.timeout, g.peerNames())
@@ -176,7 +198,7 @@ func (g *cudaGPU) groupEnd() error {
 	if r == ncclInProgress { // non-blocking communicators: wait for the group to be enqueued
 		ok, err := poll(g.timeout, func() (bool, error) {
 			pending := false
-			for _, c := range g.commList() {
+			for _, c := range g.polled() {
 				var st C.int
 				C.m2n_ncclCommGetAsyncError(c, &st)
 				if st == ncclInProgress {

@@ -97,11 +97,6 @@ func New(s *ir.Schedule, opt Options) (*Executor, error) {
 		}
 		devs = []int{opt.Device}
 	case NCCL:
-		if opt.Transport == TransportCopy && opt.Launch != nil {
-			if err := ipcEligible(s); err != nil {
-				return nil, err
-			}
-		}
 		if opt.Launch == nil {
 			for i, r := range s.World {
 				devOf[int32(r.Rank)], peerOf[int32(r.Rank)] = i, i
@@ -143,6 +138,7 @@ func New(s *ir.Schedule, opt Options) (*Executor, error) {
 	if opt.External != nil {
 		// Borrowed: not in g.comms, so never aborted or destroyed.
 		comms[devs[0]] = []handle{handle(opt.External.Comm)}
+		g.lent = C.uptr(opt.External.Comm)
 	} else if opt.Transport == TransportNCCL || opt.Backend == NCCL && opt.Launch != nil {
 		if err := g.initNCCL(opt, devs, comms); err != nil {
 			g.close()
@@ -187,18 +183,4 @@ func autoTransport(s *ir.Schedule, l *LaunchEnv) string {
 		}
 	}
 	return TransportCopy
-}
-
-// depsWithinRanks checks that every dependency stays on its op's rank (or
-// is the op's own transfer): one process per rank cannot wait on another
-// process's ops.
-func depsWithinRanks(s *ir.Schedule) error {
-	for i := range int32(len(s.Ops)) {
-		for _, d := range s.Deps(i) {
-			if s.Ops[d].Rank != s.Ops[i].Rank {
-				return fmt.Errorf("%w: op %d on rank %d depends on op %d on rank %d, which one process per rank cannot express", ErrScheduleNotSupported, i, s.Ops[i].Rank, d, s.Ops[d].Rank)
-			}
-		}
-	}
-	return nil
 }

@@ -578,6 +578,11 @@ func placement(s *ir.Schedule, skip func(buf int) bool) (off []int64, rankBytes,
 
 // Close releases device memory and the device layer.
 func (x *Executor) Close() error {
+	var serr error
+	if x.opt.External != nil && x.prog != nil {
+		// The caller's last Execute may still run on the staging below.
+		serr = x.syncAll()
+	}
 	for _, d := range x.devices {
 		if base, ok := x.arena[d]; ok {
 			x.g.free(d, base)
@@ -587,7 +592,10 @@ func (x *Executor) Close() error {
 		}
 	}
 	x.arena, x.descMem = map[int]uint64{}, map[int]uint64{}
-	return x.g.close()
+	if err := x.g.close(); err != nil {
+		return err
+	}
+	return serr
 }
 
 // Run fills the sources, runs the schedule once and checks every
@@ -598,6 +606,9 @@ func (x *Executor) Run() (_ *Result, err error) {
 	// thread (ncclGroupStart on one thread and ncclGroupEnd on another is
 	// "invalid usage"), and CUDA ends a stream capture only on the thread
 	// that began it.
+	if x.opt.External != nil {
+		return nil, fmt.Errorf("Run: the executor runs on the caller's arrays (External), which Run would overwrite with test patterns: use Execute")
+	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	defer func() {
@@ -1106,26 +1117,6 @@ func (x *Executor) issue(k int) error {
 func (x *Executor) issuePush(k int, op, rop *ir.Op, sendHere, recvHere bool) error {
 	st := &x.prog.Steps[k]
 	g := x.g
-	if sendHere && recvHere && st.Stream == st.RStream {
-		// Both ends on one stream (one device): stream order is the flag.
-		ss := x.streams[st.Stream]
-		for _, e := range append(slices.Clip(st.Waits), st.RWaits...) {
-			if err := g.wait(ss, x.events[e]); err != nil {
-				return err
-			}
-		}
-		if err := g.copy(x.addr(rop.Dst), x.addr(op.Src), st.Bytes, ss); err != nil {
-			return err
-		}
-		for _, e := range append(append([]int32{st.Record, st.RRecord}, st.More...), st.RMore...) {
-			if e >= 0 {
-				if err := g.record(x.events[e], ss); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	}
 	n := int64(x.sendNo[st.Op])
 	data := x.flagAt[rop.Rank] + uint64(4*n)
 	ready := x.flagAt[op.Rank] + uint64(4*(int64(x.nSends)+n))
@@ -1204,15 +1195,14 @@ func pullable(s *ir.Schedule) error {
 	return nil
 }
 
-// ipcEligible checks that a schedule can run as copies pushed across
-// processes: every op waits only for ops of its own rank, so what crosses
-// processes is the transfers' flags (Executor.push), never an event.
-func ipcEligible(s *ir.Schedule) error {
+// depsWithinRanks checks that every dependency stays on its op's rank (or
+// is the op's own transfer): one process per rank cannot wait on another
+// process's ops.
+func depsWithinRanks(s *ir.Schedule) error {
 	for i := range int32(len(s.Ops)) {
-		op := &s.Ops[i]
 		for _, d := range s.Deps(i) {
-			if s.Ops[d].Rank != op.Rank {
-				return fmt.Errorf("%w: the copy transport with one process per GPU runs schedules whose ops wait only for ops of their own rank; op %d (%s, rank %d) waits for op %d of rank %d: use --transport nccl", ErrScheduleNotSupported, i, s.Route, op.Rank, d, s.Ops[d].Rank)
+			if s.Ops[d].Rank != s.Ops[i].Rank {
+				return fmt.Errorf("%w: op %d on rank %d depends on op %d on rank %d, which one process per rank cannot express (one process a GPU waits only for its own rank's ops; copies between processes carry flags, not events)", ErrScheduleNotSupported, i, s.Ops[i].Rank, d, s.Ops[d].Rank)
 			}
 		}
 	}

@@ -8,14 +8,14 @@ import (
 	"github.com/m2n-project/m2n/plan"
 )
 
-// The copy transport across processes pushes each transfer with flags, so
-// it takes every schedule whose ops wait only for ops of their own rank:
+// One process a GPU (NCCL, or copies between processes with flags) takes
+// every schedule whose ops wait only for ops of their own rank:
 // every route m2n builds, and not one with a dependency on another rank's
 // op.
-func TestIPCEligible(t *testing.T) {
+func TestDepsWithinRanks(t *testing.T) {
 	for _, route := range []string{plan.Flat, plan.Hierarchical, plan.AGBcast, plan.NemoLegacy} {
 		s := schedtest.TwoGPU(t, route, 4)
-		if err := ipcEligible(s); err != nil {
+		if err := depsWithinRanks(s); err != nil {
 			t.Errorf("%s: %v", route, err)
 		}
 		// A dependency on another rank's op: the first op with
@@ -40,7 +40,7 @@ func TestIPCEligible(t *testing.T) {
 		if !cut {
 			t.Fatalf("%s: no op to give a dependency on another rank", route)
 		}
-		err := ipcEligible(s)
+		err := depsWithinRanks(s)
 		if err == nil || !errors.Is(err, ErrScheduleNotSupported) {
 			t.Errorf("%s with a dependency across ranks: got %v, want ErrScheduleNotSupported", route, err)
 		}

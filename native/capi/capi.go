@@ -338,8 +338,11 @@ func m2n_execute(id C.uint64_t, rank C.int, comm, stream C.uint64_t, arrays *C.c
 				}
 			}
 			if h.exec != nil {
-				h.exec.Close()
+				err := h.exec.Close() // waits for its last run, then frees
 				h.exec = nil
+				if err != nil {
+					return fmt.Errorf("releasing the previous preparation: %w", err)
+				}
 			}
 			x, err := native.New(h.s, native.Options{Backend: native.NCCL, External: ext})
 			if err != nil {

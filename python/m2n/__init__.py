@@ -100,9 +100,11 @@ def placements_of(placements):
     return out
 
 
-# torch dtypes and CUDA Array Interface typestrs, as m2n names them.
-_TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64", "float8_e4m3fn": "fp8_e4m3",
-                 "float8_e5m2": "fp8_e5m2", "int8": "int8", "uint8": "uint8", "int32": "int32", "int64": "int64"}
+# torch's dtype names, as m2n names them (Tensor's aliases, and m2n's own).
+_TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32", "float64": "fp64",
+                 "double": "fp64", "float8_e4m3fn": "fp8_e4m3", "float8_e5m2": "fp8_e5m2", "int8": "int8", "uint8": "uint8",
+                 "int32": "int32", "int64": "int64"}
+# CUDA Array Interface typestrs.
 _TYPESTRS = {"<f2": "fp16", "<f4": "fp32", "<f8": "fp64", "|i1": "int8", "|u1": "uint8", "<i4": "int32", "<i8": "int64"}
 
 
@@ -182,10 +184,14 @@ def new_comm(group=None):
     nccl = ctypes.CDLL(os.environ.get("M2N_NCCL_LIB", "libnccl.so.2"))
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     uid = ctypes.create_string_buffer(128)
-    if rank == 0 and nccl.ncclGetUniqueId(uid) != 0:
-        raise M2NError("ncclGetUniqueId failed")
-    box = [bytes(uid.raw)]
+    box = [None]
+    if rank == 0:
+        r = nccl.ncclGetUniqueId(uid)
+        box = [bytes(uid.raw) if r == 0 else f"ncclGetUniqueId on rank 0: NCCL error {r}"]
+    # Every rank learns rank 0's id, or its failure: none waits forever.
     dist.broadcast_object_list(box, src=dist.get_global_rank(group, 0) if group is not None else 0, group=group)
+    if isinstance(box[0], str):
+        raise M2NError(box[0])
     uid = ctypes.create_string_buffer(box[0], 128)
     comm = ctypes.c_void_p()
     torch.cuda.current_device()
@@ -236,8 +242,7 @@ class Tensor:
 
     def __init__(self, name, shape, dtype, src, dst):
         self.name, self.shape, self.dtype, self.src, self.dst = name, list(shape), str(dtype).replace("torch.", ""), src, dst
-        aliases = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32", "float64": "fp64", "double": "fp64", "float8_e4m3fn": "fp8_e4m3", "float8_e5m2": "fp8_e5m2"}
-        self.dtype = aliases.get(self.dtype, self.dtype)
+        self.dtype = _TORCH_DTYPES.get(self.dtype, self.dtype)
 
     def _doc(self):
         if not isinstance(self.name, str) or not self.name:

@@ -73,7 +73,9 @@ def xferdtensor(src, src_mesh, src_placements, dst, dst_mesh, dst_placements, gr
         shape = global_shape(held.shape, sl if src is not None else dl)
     plan = plan_for(name, shape, _dtype(held), sl, dl, topology or {"preset": "hgx-h200", "gpus_per_domain": 1}, route)
     if comm is None:
-        key = id(group)
+        # Keyed by the group itself (kept alive here), not its id(), which a
+        # later group could reuse.
+        key = "WORLD" if group is None else group
         if key not in _comms:
             _comms[key] = torch_comm(group)
         comm = _comms[key]
@@ -102,7 +104,6 @@ class WeightTransfer:
         self.plan.execute(arrays, self.comm, stream=self.stream, rank=self.rank)
 
     def finish(self):
-        """Waits for the stream, when torch gives one, and releases the plan."""
-        if self.stream is not None and hasattr(self.stream, "synchronize"):
-            self.stream.synchronize()
+        """Releases the plan (m2n waits for the last refit's work on the
+        stream before it frees its staging)."""
         self.plan.close()
