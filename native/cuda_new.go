@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/m2n-project/m2n/ir"
+	"github.com/m2n-project/m2n/program"
 )
 
 // New prepares a schedule for execution: opens the CUDA driver, NVRTC and
@@ -157,14 +158,14 @@ func New(s *ir.Schedule, opt Options) (*Executor, error) {
 // where every pair of GPUs
 // can reach each other's memory in one host (one process over the local
 // GPUs; under a launcher, every process on this host and a schedule whose
-// receivers pull, pullable), NCCL otherwise. Pushed schedules run with an
+// receivers pull, program.Pullable), NCCL otherwise. Pushed schedules run with an
 // explicit --transport copy: the MoE model's agbcast took 555 ms pushed
 // against about 210 ms over NCCL (docs/native.md). Every process of a
 // launch resolves it alike: the schedule and the launcher's variables are
 // the same, and so are the GPUs of one host.
 func autoTransport(s *ir.Schedule, l *LaunchEnv) string {
 	if l != nil {
-		if !l.OneHost || pullable(s) != nil {
+		if !l.OneHost || program.Pullable(s) != nil {
 			return TransportNCCL
 		}
 		return TransportCopy

@@ -247,7 +247,7 @@ type Executor struct {
 	need, staging map[int]int64
 	issueTime     units.Time // of the last timed iteration
 	// ipc: the copy transport with one process per GPU over CUDA IPC; each
-	// transfer is a copy by its receiver from the sender's arena (pullable
+	// transfer is a copy by its receiver from the sender's arena (program.Pullable
 	// schedules) or pushed by its sender into the receiver's (push).
 	ipc bool
 	// push: transfers are device copies issued by their sender, which then
@@ -313,10 +313,10 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 	}
 	off, rankBytes, rankStaging := placement(s, func(i int) bool { _, ok := ext[i]; return ok })
 	x.ipc = opt.Backend == NCCL && x.opt.Transport == TransportCopy && opt.Launch != nil
-	// Over CUDA IPC a receiver pulls where the schedule lets it (pullable:
+	// Over CUDA IPC a receiver pulls where the schedule lets it (program.Pullable:
 	// measured faster for the dense whole model, docs/native.md) and
 	// senders push otherwise.
-	x.push = (x.ipc && pullable(s) != nil) || (opt.push && x.mode == program.Streams)
+	x.push = (x.ipc && program.Pullable(s) != nil) || (opt.push && x.mode == program.Streams)
 	var flagBytes int64
 	if x.push {
 		x.sendNo = make([]int32, len(s.Ops))
@@ -1166,29 +1166,6 @@ func (x *Executor) issuePush(k int, op, rop *ir.Op, sendHere, recvHere bool) err
 				if err := g.record(x.events[e], rs); err != nil {
 					return err
 				}
-			}
-		}
-	}
-	return nil
-}
-
-// pullable checks that a schedule's transfers can be pulled across
-// processes by their receivers without flags: every send reads its rank's
-// input (written once, before the run) and waits for nothing but the sends
-// before it to the same peer, so a receiver never needs to know when its
-// sender's data is ready.
-func pullable(s *ir.Schedule) error {
-	for i := range int32(len(s.Ops)) {
-		op := &s.Ops[i]
-		if op.Kind != ir.Send {
-			continue
-		}
-		if s.Buffers[op.Src.Buf].Kind != ir.Input {
-			return fmt.Errorf("op %d sends from a %s buffer", i, s.Buffers[op.Src.Buf].Kind)
-		}
-		for _, d := range s.Deps(i) {
-			if dop := &s.Ops[d]; dop.Kind != ir.Send || dop.Rank != op.Rank || dop.Peer != op.Peer {
-				return fmt.Errorf("op %d waits for op %d", i, d)
 			}
 		}
 	}

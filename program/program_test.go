@@ -120,3 +120,14 @@ func TestGroupsPipelineForwarding(t *testing.T) {
 		t.Errorf("auto: %d groups (cap %d bytes), want 2-4 for 4 MiB through two stages", auto.count, auto.capBytes)
 	}
 }
+
+// Receivers pull flat and hierarchical BF16 (sends read inputs, waiting
+// only for earlier sends to the same peer); agbcast and nemo-legacy
+// forward from staging, so they are pushed.
+func TestPullable(t *testing.T) {
+	for route, want := range map[string]bool{plan.Flat: true, plan.Hierarchical: true, plan.AGBcast: false, plan.NemoLegacy: false} {
+		if err := Pullable(schedtest.TwoGPU(t, route, 4)); (err == nil) != want {
+			t.Errorf("%s: Pullable says %v, want pullable %v", route, err, want)
+		}
+	}
+}
