@@ -2,6 +2,7 @@ package native
 
 import (
 	"bytes"
+	"encoding/json"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -129,4 +130,39 @@ func TestExecuteOnCallerArrays(t *testing.T) {
 	if err := (&Executor{}).Execute(); err == nil {
 		t.Error("Execute ran an executor made without External")
 	}
+}
+
+// A caller's table of arrays, whatever its contents, is mapped or refused
+// with an error: never a panic, and a mapped table covers exactly the
+// rank's inputs and outputs at the addresses given.
+func FuzzExternalBuffers(f *testing.F) {
+	s := schedtest.TwoGPU(f, plan.Flat, 4)
+	good, _ := json.Marshal(arraysOf(s, 1, 1))
+	f.Add(good, 1, 1)
+	f.Add([]byte(`{"w":{"src":{"Ptr":4096,"Shape":[2,256,1024],"DType":"bf16","Device":-1,"Contiguous":true}}}`), 0, -1)
+	f.Add([]byte(`{"w":{"dst":{"Ptr":1,"Shape":[],"DType":"","Device":3}}}`), 1, 0)
+	f.Add([]byte(`{}`), 0, 0)
+	f.Fuzz(func(t *testing.T, table []byte, rank, dev int) {
+		var arrays map[string]map[string]Array
+		if json.Unmarshal(table, &arrays) != nil || rank < 0 || rank >= len(s.World) {
+			return
+		}
+		bufs, err := externalBuffers(s, int32(rank), dev, arrays)
+		if err != nil {
+			return
+		}
+		for i, a := range bufs {
+			b := &s.Buffers[i]
+			name, side := s.Tensors[b.Tensor].Name, "src"
+			if b.Kind == ir.Output {
+				side = "dst"
+			}
+			if b.Rank != rank || a != arrays[name][side].Ptr {
+				t.Fatalf("buffer %d (rank %d) mapped to %#x, not the %s array of %s", i, b.Rank, a, side, name)
+			}
+		}
+		if len(bufs) != 2 {
+			t.Fatalf("%d buffers mapped for rank %d, want its input and output", len(bufs), rank)
+		}
+	})
 }
