@@ -72,7 +72,7 @@ nccl runs one rank per GPU, over all local GPUs in one process, or one
 process per GPU under torchrun, srun or mpirun.`)
 	asJSON := fs.Bool("json", false, "print JSON on stdout (fields in docs/cli.md)")
 	backend := fs.String("backend", native.Loopback, "loopback or nccl")
-	transport := fs.String("transport", "", "loopback: copy (device copies, the default) or nccl (self send/recv); nccl: auto (the default: copies between GPUs of one host, NCCL where copies cannot reach), nccl, or copy (NVLink peer copies; CUDA IPC with one process per GPU)")
+	transport := fs.String("transport", "", "loopback: copy (device copies, the default) or nccl (self send/recv); nccl: auto (the default: copies between GPUs of one host, NCCL where copies cannot reach; with one process per GPU, copies only where the receivers can pull), nccl, or copy (NVLink peer copies; CUDA IPC with one process per GPU, pulled by the receiver or pushed by the sender with flags)")
 	device := fs.Int("device", 0, "loopback: the GPU to run on")
 	iters := fs.Int("iters", 5, "timed iterations")
 	warmup := fs.Int("warmup", 2, "untimed iterations first")
