@@ -627,6 +627,12 @@ func (x *Executor) Run() (_ *Result, err error) {
 	if x.mode == program.Waves {
 		res.Mode = fmt.Sprintf("NCCL send/recv in %d groups", x.prog.Groups)
 	}
+	switch {
+	case x.ipc && x.push:
+		res.Mode += ", CUDA IPC pushed by the senders with flags"
+	case x.ipc:
+		res.Mode += ", CUDA IPC pulled by the receivers"
+	}
 	if x.opt.Graph {
 		res.Mode += ", CUDA graph"
 	}
