@@ -1,6 +1,9 @@
 package sim
 
-import "slices"
+import (
+	"cmp"
+	"slices"
+)
 
 // fluid is a set of resources shared by active flows at max-min fair rates,
 // in exact fixed-point arithmetic (fixed.go).
@@ -75,7 +78,7 @@ type fluid struct {
 	cand   []int64       // per resource: its candidate level
 	nlevel []int64       // per resource: its new level
 	sc     []flowScratch // per flow slot
-	bounds boundHeap     // flows of S with a finite bound
+	bounds []bounded     // flows of S with a finite bound, sorted by it
 	stale  []bool        // per resource: its candidate needs recomputing
 	sorted []rateCoef
 }
@@ -311,7 +314,11 @@ func (f *fluid) fill(e uint32) {
 			bh = append(bh, bounded{b, id})
 		}
 	}
-	bh.init()
+	// Sorted by bound, consumed from the front: the flows frozen at one
+	// level by their bounds are a run (many flows share a held level), each
+	// O(1) where a heap paid a sift-down.
+	slices.SortFunc(bh, func(a, b bounded) int { return cmp.Compare(a.bound, b.bound) })
+	bi := 0
 	unfrozen := len(f.S)
 	act := append(f.check[:0], f.A...) // resources with unfrozen flows
 	for unfrozen > 0 {
@@ -328,11 +335,11 @@ func (f *fluid) fill(e uint32) {
 		}
 		act = keep
 		// The least bound of a flow still unfrozen.
-		for len(bh) > 0 && f.sc[bh[0].id].frozen {
-			bh.pop()
+		for bi < len(bh) && f.sc[bh[bi].id].frozen {
+			bi++
 		}
-		if len(bh) > 0 {
-			level = min(level, bh[0].bound)
+		if bi < len(bh) {
+			level = min(level, bh[bi].bound)
 		}
 		if level == noLevel {
 			// Every unfrozen flow's resources have room beyond any
@@ -365,8 +372,8 @@ func (f *fluid) fill(e uint32) {
 				}
 			}
 		}
-		for len(bh) > 0 && bh[0].bound == level {
-			if id := bh.pop().id; !f.sc[id].frozen {
+		for ; bi < len(bh) && bh[bi].bound == level; bi++ {
+			if id := bh[bi].id; !f.sc[id].frozen {
 				f.freeze(id, level, e)
 				unfrozen--
 			}
@@ -380,48 +387,6 @@ func (f *fluid) fill(e uint32) {
 type bounded struct {
 	bound int64
 	id    int32
-}
-
-// boundHeap is a min-heap of bounded flows by bound.
-type boundHeap []bounded
-
-func (h boundHeap) init() {
-	for i := len(h)/2 - 1; i >= 0; i-- {
-		h.down(i)
-	}
-}
-
-func (h boundHeap) down(i int) {
-	n := len(h)
-	x := h[i]
-	for {
-		l := 2*i + 1
-		if l >= n {
-			break
-		}
-		m := l
-		if r := l + 1; r < n && h[r].bound < h[l].bound {
-			m = r
-		}
-		if h[m].bound >= x.bound {
-			break
-		}
-		h[i] = h[m]
-		i = m
-	}
-	h[i] = x
-}
-
-func (h *boundHeap) pop() bounded {
-	q := *h
-	top := q[0]
-	n := len(q) - 1
-	q[0] = q[n]
-	*h = q[:n]
-	if n > 0 {
-		h.down(0)
-	}
-	return top
 }
 
 // candidate is a resource's level if it saturated next.
