@@ -1,8 +1,10 @@
 package sim
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -236,5 +238,31 @@ func TestMaxMinRateCap(t *testing.T) {
 	}
 	if f.flows[a].group != f.capGroup[rateOf(0.002)] || f.flows[b].group != 0 {
 		t.Errorf("groups %d and %d", f.flows[a].group, f.flows[b].group)
+	}
+}
+
+// sortBounds sorts by bound and keeps every flow, on random inputs with few
+// and with many distinct bounds.
+func TestSortBounds(t *testing.T) {
+	rng := rand.New(rand.NewPCG(71, 72))
+	for range 500 {
+		n, distinct := rng.IntN(400), 1+rng.IntN(50)
+		if rng.IntN(4) == 0 {
+			distinct = 1 << 30
+		}
+		a := make([]bounded, n)
+		for i := range a {
+			a[i] = bounded{bound: rng.Int64N(int64(distinct)), id: int32(i)}
+		}
+		want := slices.Clone(a)
+		slices.SortFunc(want, func(x, y bounded) int { return cmp.Or(cmp.Compare(x.bound, y.bound), cmp.Compare(x.id, y.id)) })
+		sortBounds(a)
+		if !slices.IsSortedFunc(a, func(x, y bounded) int { return cmp.Compare(x.bound, y.bound) }) {
+			t.Fatalf("%d flows: not sorted by bound", n)
+		}
+		slices.SortStableFunc(a, func(x, y bounded) int { return cmp.Or(cmp.Compare(x.bound, y.bound), cmp.Compare(x.id, y.id)) })
+		if !slices.Equal(a, want) {
+			t.Fatalf("%d flows: the sorted flows are not the input's", n)
+		}
 	}
 }
