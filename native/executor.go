@@ -1026,14 +1026,7 @@ func (x *Executor) issue(k int) error {
 		return nil
 	}
 	// Wait for dependencies recorded on other streams.
-	waitOn := func(stream int, evs []int32) error {
-		for _, e := range evs {
-			if err := g.wait(x.streams[stream], x.events[e]); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
+	waitOn := func(stream int, evs []int32) error { return x.waitAll(x.streams[stream], evs) }
 	stream := x.streams[st.Stream]
 	switch {
 	case st.Kind == program.Local:
@@ -1047,17 +1040,7 @@ func (x *Executor) issue(k int) error {
 		} else if err := x.local1(st.Op, stream); err != nil {
 			return err
 		}
-		if st.Record >= 0 {
-			if err := g.record(x.events[st.Record], stream); err != nil {
-				return err
-			}
-		}
-		for _, e := range st.More {
-			if err := g.record(x.events[e], stream); err != nil {
-				return err
-			}
-		}
-		return nil
+		return x.recordAll(stream, st.Record, st.More)
 	case x.push:
 		return x.issuePush(k, op, rop, sendHere, recvHere)
 	case x.mode == program.Streams:
@@ -1070,17 +1053,7 @@ func (x *Executor) issue(k int) error {
 		if err := g.copy(x.addr(rop.Dst), x.addr(op.Src), st.Bytes, stream); err != nil {
 			return err
 		}
-		if st.Record >= 0 {
-			if err := g.record(x.events[st.Record], stream); err != nil {
-				return err
-			}
-		}
-		for _, e := range st.More {
-			if err := g.record(x.events[e], stream); err != nil {
-				return err
-			}
-		}
-		return nil
+		return x.recordAll(stream, st.Record, st.More)
 	}
 	// Waves mode: each local end of the transfer joins the open NCCL group;
 	// its events are recorded once the group ends.
@@ -1133,10 +1106,8 @@ func (x *Executor) issuePush(k int, op, rop *ir.Op, sendHere, recvHere bool) err
 				return err
 			}
 		}
-		for _, e := range st.Waits {
-			if err := g.wait(ss, x.events[e]); err != nil {
-				return err
-			}
+		if err := x.waitAll(ss, st.Waits); err != nil {
+			return err
 		}
 		if err := g.copy(x.addr(rop.Dst), x.addr(op.Src), st.Bytes, ss); err != nil {
 			return err
@@ -1144,20 +1115,14 @@ func (x *Executor) issuePush(k int, op, rop *ir.Op, sendHere, recvHere bool) err
 		if err := g.writeValue(ss, data, 1); err != nil {
 			return err
 		}
-		for _, e := range append([]int32{st.Record}, st.More...) {
-			if e >= 0 {
-				if err := g.record(x.events[e], ss); err != nil {
-					return err
-				}
-			}
+		if err := x.recordAll(ss, st.Record, st.More); err != nil {
+			return err
 		}
 	}
 	if recvHere {
 		rs := x.streams[st.RStream]
-		for _, e := range st.RWaits {
-			if err := g.wait(rs, x.events[e]); err != nil {
-				return err
-			}
+		if err := x.waitAll(rs, st.RWaits); err != nil {
+			return err
 		}
 		if x.ready[k] {
 			if err := g.writeValue(rs, ready, 1); err != nil {
@@ -1167,12 +1132,31 @@ func (x *Executor) issuePush(k int, op, rop *ir.Op, sendHere, recvHere bool) err
 		if err := g.waitValue(rs, data, 1); err != nil {
 			return err
 		}
-		for _, e := range append([]int32{st.RRecord}, st.RMore...) {
-			if e >= 0 {
-				if err := g.record(x.events[e], rs); err != nil {
-					return err
-				}
-			}
+		return x.recordAll(rs, st.RRecord, st.RMore)
+	}
+	return nil
+}
+
+// waitAll makes st wait for events evs.
+func (x *Executor) waitAll(st handle, evs []int32) error {
+	for _, e := range evs {
+		if err := x.g.wait(st, x.events[e]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recordAll records event rec (unless -1) and events more on st.
+func (x *Executor) recordAll(st handle, rec int32, more []int32) error {
+	if rec >= 0 {
+		if err := x.g.record(x.events[rec], st); err != nil {
+			return err
+		}
+	}
+	for _, e := range more {
+		if err := x.g.record(x.events[e], st); err != nil {
+			return err
 		}
 	}
 	return nil

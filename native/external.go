@@ -2,6 +2,7 @@ package native
 
 import (
 	"fmt"
+	"maps"
 	"runtime"
 	"slices"
 
@@ -91,8 +92,8 @@ func externalBuffers(s *ir.Schedule, rank int32, dev int, arrays map[string]map[
 		}
 		out[i] = a.Ptr
 	}
-	for _, name := range sortedKeys(arrays) {
-		for _, side := range sortedKeys(arrays[name]) {
+	for _, name := range slices.Sorted(maps.Keys(arrays)) {
+		for _, side := range slices.Sorted(maps.Keys(arrays[name])) {
 			if !used[name][side] {
 				if side != "src" && side != "dst" {
 					return nil, fmt.Errorf("tensor %s: side %q: want src or dst", name, side)
@@ -105,15 +106,6 @@ func externalBuffers(s *ir.Schedule, rank int32, dev int, arrays map[string]map[
 		}
 	}
 	return out, nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
 }
 
 // Execute issues one run of the schedule on an executor made with
