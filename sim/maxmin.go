@@ -34,6 +34,7 @@ type fluid struct {
 	capacity []u128    // per resource, load units
 	users    [][]int32 // per resource, its active flows
 	userPos  [][]int32 // per resource, per user: index of the resource in the flow's list
+	ucoef    [][]int64 // per resource, per user: its coefficient there (read in order by holds)
 	wsum     []int64   // per resource: the sum of its flows' coefficients
 
 	flows   []flowState
@@ -125,6 +126,7 @@ func newFluid(capacity []u128) *fluid {
 		capacity: capacity,
 		users:    make([][]int32, n),
 		userPos:  make([][]int32, n),
+		ucoef:    make([][]int64, n),
 		wsum:     make([]int64, n),
 		level:    make([]int64, n),
 		capGroup: map[int64]int32{},
@@ -180,6 +182,7 @@ func (f *fluid) add(res []int32, coef []int64, limit int64) int32 {
 		f.pos[id][k] = int32(len(f.users[r]))
 		f.users[r] = append(f.users[r], id)
 		f.userPos[r] = append(f.userPos[r], int32(k))
+		f.ucoef[r] = append(f.ucoef[r], coef[k])
 		f.dirty = append(f.dirty, r)
 	}
 	return id
@@ -193,14 +196,14 @@ func (f *fluid) remove(id int32) {
 		r := fl.res[k]
 		f.wsum[r] -= fl.coef[k]
 		p := f.pos[id][k]
-		us, ps := f.users[r], f.userPos[r]
+		us, ps, cs := f.users[r], f.userPos[r], f.ucoef[r]
 		last := int32(len(us) - 1)
 		if p != last {
 			moved := us[last]
-			us[p], ps[p] = moved, ps[last]
+			us[p], ps[p], cs[p] = moved, ps[last], cs[last]
 			f.pos[moved][ps[p]] = p
 		}
-		f.users[r], f.userPos[r] = us[:last], ps[:last]
+		f.users[r], f.userPos[r], f.ucoef[r] = us[:last], ps[:last], cs[:last]
 		// A resource that does not saturate keeps not saturating when
 		// a flow leaves it, and bottlenecks no flow: only a change of
 		// its other flows' rates can move it, and those are checked.
@@ -521,7 +524,7 @@ func (f *fluid) holdsFast(r int32, e uint32) (ok, sure bool) {
 		if f.sc[id].mark == e {
 			x = f.sc[id].rate
 		}
-		c := uint64(f.flows[id].coef[f.userPos[r][i]])
+		c := uint64(f.ucoef[r][i])
 		switch {
 		case x < lvl:
 			below = below.add(mul128(c, uint64(x)))
@@ -561,7 +564,7 @@ func (f *fluid) holdsSorted(r int32, e uint32) bool {
 		if f.sc[id].mark == e {
 			x = f.sc[id].rate
 		}
-		xs = append(xs, rateCoef{x, f.flows[id].coef[f.userPos[r][i]]})
+		xs = append(xs, rateCoef{x, f.ucoef[r][i]})
 	}
 	slices.SortFunc(xs, func(a, b rateCoef) int {
 		switch {
