@@ -224,22 +224,19 @@ func (v *validator) structure() error {
 		if want := b.Box.Elems() * dt.Size(); b.Bytes != want {
 			return fmt.Errorf("buffer %d: %d bytes, but box %v of %v is %d", i, b.Bytes, b.Box, dt, want)
 		}
-		switch b.Kind {
-		case Input:
-			pos := v.meshIndex(t.Src.Mesh, b.Rank)
-			if pos < 0 || !t.Src.LocalBox(pos).Equal(b.Box) {
-				return fmt.Errorf("buffer %d: input of rank %d holds %v, which is not its source box of %s", i, b.Rank, b.Box, t.Name)
+		if b.Kind == Input || b.Kind == Output {
+			// An input holds its rank's source box, an output its
+			// destination box, each once.
+			l, side, seen := &t.Src, "source", inputs
+			if b.Kind == Output {
+				l, side, seen = &t.Dst, "destination", outputs
 			}
-			if mark(inputs, b.Tensor, pos, len(t.Src.Mesh.Ranks)) {
-				return fmt.Errorf("buffer %d: a second input of %s on rank %d", i, t.Name, b.Rank)
+			pos := v.meshIndex(l.Mesh, b.Rank)
+			if pos < 0 || !l.LocalBox(pos).Equal(b.Box) {
+				return fmt.Errorf("buffer %d: %s of rank %d holds %v, which is not its %s box of %s", i, b.Kind, b.Rank, b.Box, side, t.Name)
 			}
-		case Output:
-			pos := v.meshIndex(t.Dst.Mesh, b.Rank)
-			if pos < 0 || !t.Dst.LocalBox(pos).Equal(b.Box) {
-				return fmt.Errorf("buffer %d: output of rank %d holds %v, which is not its destination box of %s", i, b.Rank, b.Box, t.Name)
-			}
-			if mark(outputs, b.Tensor, pos, len(t.Dst.Mesh.Ranks)) {
-				return fmt.Errorf("buffer %d: a second output of %s on rank %d", i, t.Name, b.Rank)
+			if mark(seen, b.Tensor, pos, len(l.Mesh.Ranks)) {
+				return fmt.Errorf("buffer %d: a second %s of %s on rank %d", i, b.Kind, t.Name, b.Rank)
 			}
 		}
 	}

@@ -102,9 +102,8 @@ func loadNCCL() error {
 		ncclErr_ = openLib("NCCL", EnvNCCL, ncclNames, func(h unsafe.Pointer, m *C.char, n C.int) C.int { ncclLib = h; return C.m2n_bind_nccl(h, m, n) })
 		ncclOK = ncclErr_ == nil
 		if ncclOK {
-			var v C.int
-			if r := C.m2n_ncclGetVersion(&v); r == 0 && v < 21903 {
-				ncclErr_, ncclOK = fmt.Errorf("NCCL %d is older than 2.19.3, which m2n needs", int(v)), false
+			if ncclErr_ = ncclVersionOK(); ncclErr_ != nil {
+				ncclOK = false
 			}
 		}
 	}
@@ -135,9 +134,14 @@ func loadLoadedNCCL() error {
 		return fmt.Errorf("%w: m2n has bound another libnccl than the one this process loaded; a borrowed communicator must be used through the NCCL that made it", ErrNotSupported)
 	}
 	ncclLib, ncclOK, ncclErr_ = loaded, true, nil
+	return ncclVersionOK()
+}
+
+// ncclVersionOK refuses a bound NCCL older than 2.19.3, which m2n needs.
+func ncclVersionOK() error {
 	var v C.int
 	if r := C.m2n_ncclGetVersion(&v); r == 0 && v < 21903 {
-		return fmt.Errorf("the process's NCCL is %d, older than 2.19.3, which m2n needs", int(v))
+		return fmt.Errorf("NCCL %d is older than 2.19.3, which m2n needs", int(v))
 	}
 	return nil
 }

@@ -64,7 +64,7 @@ func (g *cudaGPU) share(dev int, base uint64, comm handle, world, me int) ([]uin
 }
 
 // allGather gathers every rank's bytes (each len(mine)) through NCCL, in
-// rank order. The caller holds dev's context.
+// rank order, with dev's context current.
 func (g *cudaGPU) allGather(dev int, mine []byte, comm handle, world int) ([]byte, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()

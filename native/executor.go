@@ -262,7 +262,7 @@ type Executor struct {
 	flagAt map[int32]uint64
 	sendNo []int32
 	nSends int
-	ready  map[int]bool
+	ready  []bool
 	// Launches planned in New: lps[lpOf[op]] for each local op of this
 	// process (-1 elsewhere), a batchPlan per batch step, and each
 	// device's allocation of batch descriptors.
@@ -429,7 +429,7 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 	if x.push {
 		// From the schedule, not the program's events: every process
 		// agrees on which transfers wait for their receiver.
-		x.ready = map[int]bool{}
+		x.ready = make([]bool, len(prog.Steps))
 		for k, st := range prog.Steps {
 			if st.Kind != program.Xfer {
 				continue
@@ -1162,9 +1162,8 @@ func (x *Executor) recordAll(st handle, rec int32, more []int32) error {
 	return nil
 }
 
-// depsWithinRanks checks that every dependency stays on its op's rank (or
-// is the op's own transfer): one process per rank cannot wait on another
-// process's ops.
+// depsWithinRanks checks that every dependency stays on its op's rank: one
+// process per rank cannot wait on another process's ops.
 func depsWithinRanks(s *ir.Schedule) error {
 	for i := range int32(len(s.Ops)) {
 		for _, d := range s.Deps(i) {

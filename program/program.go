@@ -106,8 +106,9 @@ type Options struct {
 	// the recv an end of its own on the receiver's device (RStream, RWaits,
 	// RRecord, as in waves mode): one process per GPU, where each process
 	// issues its end and the two meet through flags in device memory
-	// (docs/native.md). A pull (the receiver's copy engine reading) ran
-	// the dense whole model 1.4x slower over CUDA IPC than in one process.
+	// (docs/native.md). It runs what a pull (the receiver's copy engine
+	// reading the sender's input, with no signal) cannot: sends from
+	// staging or waiting for other work (FP8, agbcast, nemo-legacy).
 	Push bool
 }
 

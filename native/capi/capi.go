@@ -48,10 +48,18 @@ type held struct {
 	point    *scenario.Point
 	tp       *topo.Topology
 	s        *ir.Schedule
-	// exec: the executor m2n_execute prepared, for its communicator,
-	// stream and arrays (execKey); prepared again when any changes.
+	// exec: the executor m2n_execute prepared, for its rank,
+	// communicator, stream and arrays (execKey); prepared again when any
+	// changes.
 	exec    *native.Executor
-	execKey string
+	execKey execKey
+}
+
+// execKey is what an m2n_execute preparation was made for.
+type execKey struct {
+	rank         int
+	comm, stream uint64
+	arrays       string // the table, as given
 }
 
 var (
@@ -319,7 +327,7 @@ func m2n_execute(id C.uint64_t, rank C.int, comm, stream C.uint64_t, arrays *C.c
 			return err
 		}
 		table := C.GoString(arrays)
-		key := fmt.Sprintf("%d/%d/%d/%s", int(rank), uint64(comm), uint64(stream), table)
+		key := execKey{int(rank), uint64(comm), uint64(stream), table}
 		if h.exec == nil || h.execKey != key {
 			var docs map[string]map[string]arrayDoc
 			dec := json.NewDecoder(strings.NewReader(table))

@@ -129,15 +129,13 @@ def array_of(x, where="array"):
         if ts not in _TYPESTRS:
             raise ValueError(f"{where}: typestr {ts!r}: m2n moves {', '.join(sorted(_TYPESTRS))}")
         shape = [int(d) for d in cai["shape"]]
-        strides = cai.get("strides")
-        dense = strides is None
-        if strides is not None:
-            elem, want, dense = int(ts[2:]), [], True
-            n = elem
+        strides, dense = cai.get("strides"), True
+        if strides is not None:  # dense when they are the row-major strides
+            want, n = [], int(ts[2:])
             for d in reversed(shape):
                 want.append(n)
                 n *= d
-            dense = list(strides) == list(reversed(want))
+            dense = list(strides) == want[::-1]
         return {"ptr": int(cai["data"][0]), "shape": shape, "dtype": _TYPESTRS[ts], "device": -1, "contiguous": dense}
     raise ValueError(f"{where}: {type(x).__name__} is neither a torch tensor nor has __cuda_array_interface__")
 
@@ -174,32 +172,39 @@ def torch_comm(group=None):
     return int(backend._comm_ptr())
 
 
+class _NCCLUniqueID(ctypes.Structure):
+    """ncclUniqueId, which ncclCommInitRank takes by value."""
+    _fields_ = [("internal", ctypes.c_char * 128)]
+
+
+def _nccl_id(b):
+    """An ncclUniqueId of its 128 bytes, copied byte for byte: a c_char
+    array set from bytes stops at the first NUL, and ids hold zeros."""
+    if len(b) != ctypes.sizeof(_NCCLUniqueID):
+        raise M2NError(f"an NCCL unique id of {len(b)} bytes, want {ctypes.sizeof(_NCCLUniqueID)}")
+    return _NCCLUniqueID.from_buffer_copy(b)
+
+
 def new_comm(group=None):
     """Makes an NCCL communicator of m2n's own over a torch ProcessGroup's
     ranks, on the current CUDA device, with the libnccl.so.2 the process
     has loaded (PyTorch's): rank 0's unique id is broadcast over the group.
     Returns the ncclComm_t as an int (ncclCommDestroy is the caller's)."""
-    import torch
     import torch.distributed as dist
     nccl = ctypes.CDLL(os.environ.get("M2N_NCCL_LIB", "libnccl.so.2"))
     rank, world = dist.get_rank(group), dist.get_world_size(group)
-    uid = ctypes.create_string_buffer(128)
     box = [None]
     if rank == 0:
+        uid = ctypes.create_string_buffer(128)
         r = nccl.ncclGetUniqueId(uid)
         box = [bytes(uid.raw) if r == 0 else f"ncclGetUniqueId on rank 0: NCCL error {r}"]
     # Every rank learns rank 0's id, or its failure: none waits forever.
     dist.broadcast_object_list(box, src=dist.get_global_rank(group, 0) if group is not None else 0, group=group)
     if isinstance(box[0], str):
         raise M2NError(box[0])
-    uid = ctypes.create_string_buffer(box[0], 128)
     comm = ctypes.c_void_p()
-    torch.cuda.current_device()
-    # ncclCommInitRank takes the 128-byte id by value: a struct of 128 chars.
-    class _ID(ctypes.Structure):
-        _fields_ = [("internal", ctypes.c_char * 128)]
-    nccl.ncclCommInitRank.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, _ID, ctypes.c_int]
-    r = nccl.ncclCommInitRank(ctypes.byref(comm), world, _ID(uid.raw), rank)
+    nccl.ncclCommInitRank.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, _NCCLUniqueID, ctypes.c_int]
+    r = nccl.ncclCommInitRank(ctypes.byref(comm), world, _nccl_id(box[0]), rank)
     if r != 0:
         raise M2NError(f"ncclCommInitRank failed: NCCL error {r}")
     return int(comm.value)

@@ -89,6 +89,13 @@ class ExecuteTest(unittest.TestCase):
             self.plan.execute({"w": {"src": object()}}, 1234, stream=0, rank=1)
         self.assertIn("tensor w: src: object is neither a torch tensor nor has __cuda_array_interface__", str(cm.exception))
 
+    def test_nccl_id_keeps_every_byte(self):
+        # new_comm passes rank 0's id by value: every byte, zeros too.
+        b = bytes([0, 7, 0, 255] * 32)
+        self.assertEqual(bytes(m2n._nccl_id(b)), b)
+        with self.assertRaises(m2n.M2NError):
+            m2n._nccl_id(b[:100])
+
     def test_cuda_array_interface(self):
         self.assertEqual(m2n.array_of(CAI(4096, (8, 16), "<f4")), {"ptr": 4096, "shape": [8, 16], "dtype": "fp32", "device": -1, "contiguous": True})
         self.assertFalse(m2n.array_of(CAI(4096, (8, 16), "<f4", strides=(4, 32)))["contiguous"])
