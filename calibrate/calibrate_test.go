@@ -24,7 +24,7 @@ func truth() *topo.Topology {
 		StartLatency: 20 * units.Microsecond, BoxLatency: 2 * units.Microsecond, Ramp: []topo.RampPoint{{Bytes: 8 << 20}, {Bytes: 32 << 20, Extra: 9 * units.Microsecond}, {Bytes: 64 << 20, Extra: 25 * units.Microsecond}}}
 	t.Executor.Costs[topo.PerGPU] = topo.ExecCosts{PairRate: units.GBps(360), DuplexRate: units.GBps(640), XferLatency: 9 * units.Microsecond,
 		GroupLatency: 7 * units.Microsecond, HostGroup: 8 * units.Microsecond, HostXfer: 1 * units.Microsecond, HostLaunch: 4 * units.Microsecond, HostEvent: 1200 * units.Nanosecond,
-		StartLatency: 30 * units.Microsecond, BoxLatency: 3 * units.Microsecond, Ramp: []topo.RampPoint{{Bytes: 8 << 20}, {Bytes: 32 << 20, Extra: 15 * units.Microsecond}, {Bytes: 64 << 20, Extra: 20 * units.Microsecond}}}
+		StartLatency: 30 * units.Microsecond, BoxLatency: 3 * units.Microsecond, CopyRate: units.GBps(330), Ramp: []topo.RampPoint{{Bytes: 8 << 20}, {Bytes: 32 << 20, Extra: 15 * units.Microsecond}, {Bytes: 64 << 20, Extra: 20 * units.Microsecond}}}
 	return t
 }
 
@@ -90,7 +90,14 @@ func TestFitRecoversTheModel(t *testing.T) {
 		near("memory", float64(f.Memory), float64(tp.Memory), 0.01)
 		near("duplex_rate", float64(f.Costs.DuplexRate), float64(want.DuplexRate), 0.01)
 		near("latency_local", float64(f.LatencyLocal), float64(tp.LatencyLocal), 0.02)
-		near("nvlink", float64(f.NVLink), float64(tp.NVLink), 0.015) // less a copy's latency
+		// Copies between GPUs run at the launch mode's copy rate where it
+		// has one (CUDA IPC per GPU), else at the link's.
+		copyRate := tp.NVLink
+		if want.CopyRate > 0 {
+			copyRate = min(copyRate, want.CopyRate)
+		}
+		near("nvlink", float64(f.NVLink), float64(copyRate), 0.015) // less a copy's latency
+		near("copy_rate", float64(f.Costs.CopyRate), float64(copyRate), 0.015)
 		near("pack_long", f.PackLong, tp.Executor.PackLong, 0.01)
 		near("pack_short", f.PackShort, tp.Executor.PackShort, 0.01)
 		near("pack_stage", f.PackStage, tp.Executor.PackStage, 0.01)

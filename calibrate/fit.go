@@ -213,6 +213,11 @@ func fitting(in Input) (*Fit, error) {
 	}
 	f.NVLink = pdir(median(peer.Times))
 	note("nvlink", fmtBW(f.NVLink), "256 MiB each way by device copies / (median - host issue)", peer, fmtBW(pdir(peer.Times[len(peer.Times)-1])), fmtBW(pdir(peer.Times[0])))
+	// The same copies as this launch mode runs them (CUDA IPC between
+	// processes per GPU): the rate the model gives a copy between GPUs.
+	f.Costs.CopyRate = f.NVLink
+	note("executor."+key(mode)+".copy_rate", fmtBW(f.Costs.CopyRate), "256 MiB each way by device copies in this launch mode / (median - host issue)", peer,
+		fmtBW(pdir(peer.Times[len(peer.Times)-1])), fmtBW(pdir(peer.Times[0])))
 	// NCCL both ways: a GPU's channels carry its sends and receives.
 	all, err := get("all-pairs")
 	if err != nil {

@@ -108,6 +108,9 @@ func constants(t *topo.Topology) []constant {
 		} {
 			cs = append(cs, constant{sec, v.name, v.value, 0})
 		}
+		if c.CopyRate > 0 { // 0: the links' own rate, not written
+			cs = append(cs, constant{sec, "copy_rate", fmtBW(c.CopyRate), 0})
+		}
 		for _, p := range c.Ramp {
 			cs = append(cs, constant{sec, "ramp_extra(" + sizeName(p.Bytes) + ")", fmtT(p.Extra), p.Bytes})
 		}

@@ -134,3 +134,23 @@ func TestModelPeerCopyFormula(t *testing.T) {
 	}
 	within(t, "peer copy", r.Makespan, tp.LatencyNet+seconds(n, tp.NVLink))
 }
+
+// The same copy where the launch mode has a copy rate of its own (CUDA
+// IPC between processes, below the links): the bytes at that rate; the
+// other launch mode, without one, keeps the link's.
+func TestModelPeerCopyRateFormula(t *testing.T) {
+	tp := machine()
+	tp.Executor.Costs[topo.PerGPU] = tp.Executor.Costs[topo.OneProcess]
+	tp.Executor.Costs[topo.PerGPU].CopyRate = units.GBps(350)
+	n := int64(64 << 20)
+	for _, c := range []struct {
+		launch topo.Launch
+		rate   units.Bandwidth
+	}{{topo.PerGPU, units.GBps(350)}, {topo.OneProcess, tp.NVLink}} {
+		r, err := Run(xfer(n), tp, Options{Exec: Exec{Transport: "copy", Graph: true, Launch: c.launch}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		within(t, "peer copy, "+c.launch.String(), r.Makespan, tp.LatencyNet+seconds(n, c.rate))
+	}
+}

@@ -327,7 +327,18 @@ func runProgram(s *ir.Schedule, tp *topo.Topology, opt Options, eng engineFunc) 
 		return nil, err
 	}
 	// NCCL's pair rate caps an NCCL send/recv; a device copy runs at the
-	// links' own rate (nvlink, the copy rate m2n calibrate measures).
+	// launch mode's copy rate where m2n calibrate measured one (CUDA IPC
+	// between processes), else at the links' own rate (nvlink, the copy
+	// rate it measures in one process).
+	// (A scenario of one GPU per virtual domain models that NVLink as its
+	// network, so both classes are capped.)
+	if c := tp.Executor.Costs[opt.Exec.Launch].CopyRate; c > 0 && m.copies {
+		for _, k := range []ir.Class{ir.NVLink, ir.Net} {
+			if opt.FlowCap[k] == 0 {
+				opt.FlowCap[k] = c
+			}
+		}
+	}
 	if c := tp.Executor.Costs[opt.Exec.Launch].PairRate; c > 0 && !m.copies {
 		for _, k := range []ir.Class{ir.NVLink, ir.Net} {
 			if opt.FlowCap[k] == 0 {

@@ -67,6 +67,7 @@ type ExecutorSpec struct {
 type ExecCostsSpec struct {
 	PairRate     *units.Bandwidth `toml:"pair_rate"`
 	DuplexRate   *units.Bandwidth `toml:"duplex_rate"`
+	CopyRate     *units.Bandwidth `toml:"copy_rate"`
 	XferLatency  *units.Time      `toml:"xfer_latency"`
 	GroupLatency *units.Time      `toml:"group_latency"`
 	HostGroup    *units.Time      `toml:"host_group"`

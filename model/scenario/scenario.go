@@ -681,6 +681,7 @@ func applyTopology(t *topo.Topology, ts TopologySpec) error {
 			xc := &x.Costs[l]
 			setBW(&xc.PairRate, c.PairRate)
 			setBW(&xc.DuplexRate, c.DuplexRate)
+			setBW(&xc.CopyRate, c.CopyRate)
 			setT(&xc.XferLatency, c.XferLatency)
 			setT(&xc.GroupLatency, c.GroupLatency)
 			setT(&xc.HostGroup, c.HostGroup)

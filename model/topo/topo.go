@@ -202,8 +202,8 @@ func (t *Topology) Describe() string {
 	if e := &t.Executor; !e.IsZero() {
 		fmt.Fprintf(&b, "executor: pack/unpack at %.2f/%.2f/%.2f of memory (long/short/staged rows), quantize at %.2f\n", e.PackLong, e.PackShort, e.PackStage, e.Quantize)
 		for l, c := range e.Costs {
-			fmt.Fprintf(&b, "executor, %s: pair %v, duplex %v, send/recv %v (+ ramp %v), group %v, start %v, box kernel %v; host: group %v, send/recv %v, launch %v, event %v\n",
-				Launch(l), c.PairRate, c.DuplexRate, c.XferLatency, c.Ramp, c.GroupLatency, c.StartLatency, c.BoxLatency, c.HostGroup, c.HostXfer, c.HostLaunch, c.HostEvent)
+			fmt.Fprintf(&b, "executor, %s: pair %v, duplex %v, copies %v, send/recv %v (+ ramp %v), group %v, start %v, box kernel %v; host: group %v, send/recv %v, launch %v, event %v\n",
+				Launch(l), c.PairRate, c.DuplexRate, c.CopyRate, c.XferLatency, c.Ramp, c.GroupLatency, c.StartLatency, c.BoxLatency, c.HostGroup, c.HostXfer, c.HostLaunch, c.HostEvent)
 		}
 	}
 	return b.String()
@@ -263,6 +263,11 @@ type ExecCosts struct {
 	// DuplexRate is the most NCCL bytes one GPU sends plus receives per
 	// second: its channels serve both directions; 0 means no limit.
 	DuplexRate units.Bandwidth
+	// CopyRate is the rate of one device copy between two GPUs, per
+	// direction with both directions busy, as this launch mode's copies
+	// run (peer copies in one process, CUDA IPC between processes); 0
+	// means the links' own (NVLink).
+	CopyRate units.Bandwidth
 	// XferLatency is the device time of one NCCL send/recv before its
 	// bytes flow (per merged transfer).
 	XferLatency units.Time
@@ -300,7 +305,7 @@ func (e *Executor) IsZero() bool {
 
 // IsZero reports whether no cost of the launch mode is set.
 func (c *ExecCosts) IsZero() bool {
-	return len(c.Ramp) == 0 && c.PairRate == 0 && c.DuplexRate == 0 && c.XferLatency == 0 && c.StartLatency == 0 && c.BoxLatency == 0 &&
+	return len(c.Ramp) == 0 && c.PairRate == 0 && c.DuplexRate == 0 && c.CopyRate == 0 && c.XferLatency == 0 && c.StartLatency == 0 && c.BoxLatency == 0 &&
 		c.GroupLatency == 0 && c.HostGroup == 0 && c.HostXfer == 0 && c.HostLaunch == 0 && c.HostEvent == 0
 }
 
@@ -345,6 +350,9 @@ func (e *Executor) validate() []error {
 		name := "executor." + strings.ReplaceAll(Launch(l).String(), "-", "_") + "."
 		if !(c.PairRate >= 0) || !(c.DuplexRate >= 0) || math.IsInf(float64(c.PairRate), 0) || math.IsInf(float64(c.DuplexRate), 0) {
 			errs = append(errs, fmt.Errorf("%spair_rate = %v, duplex_rate = %v: must be finite and not negative", name, c.PairRate, c.DuplexRate))
+		}
+		if !(c.CopyRate >= 0) || math.IsInf(float64(c.CopyRate), 0) {
+			errs = append(errs, fmt.Errorf("%scopy_rate = %v: must be finite and not negative", name, c.CopyRate))
 		}
 		for _, t := range []struct {
 			name string
