@@ -395,6 +395,12 @@ func (g *cudaGPU) record(ev, st handle) error {
 	return g.on(g.owner[st], func() error { return cuErr("cuEventRecord", C.m2n_cuEventRecord(C.uptr(ev), C.uptr(st))) })
 }
 
+func (g *cudaGPU) recordNode(ev, st handle) error {
+	return g.on(g.owner[st], func() error {
+		return cuErr("cuEventRecordWithFlags", C.m2n_cuEventRecordExternal(C.uptr(ev), C.uptr(st)))
+	})
+}
+
 func (g *cudaGPU) wait(st, ev handle) error {
 	return g.on(g.owner[st], func() error { return cuErr("cuStreamWaitEvent", C.m2n_cuStreamWaitEvent(C.uptr(st), C.uptr(ev))) })
 }

@@ -160,6 +160,10 @@ type gpu interface {
 	newStream(dev int) (handle, error)
 	newEvent(dev int, timing bool) (handle, error)
 	record(ev, st handle) error
+	// recordNode records ev on st as an event record node of the graph
+	// being captured, recorded at each replay (the profile's timing
+	// events), where record only orders work; only inside a capture.
+	recordNode(ev, st handle) error
 	wait(st, ev handle) error
 	elapsed(a, b handle) (units.Time, error)
 	sync(st handle) error
@@ -224,14 +228,16 @@ type Executor struct {
 	peerOf  map[int32]int    // rank -> NCCL rank (its index in the world)
 	comms   map[int][]handle // device -> its communicators (several only in loopback: parallel NCCL queues)
 
-	arena   map[int]uint64 // device -> base of its allocation
-	bufAddr []uint64       // buffer -> device address (0 for a remote rank's buffer)
-	streams []handle
-	events  []handle
-	origin  map[int]handle // device -> the stream that starts and ends iterations
-	joinEv  []handle       // per stream: recorded at its end of an iteration
-	startEv map[int]handle
-	devT0   map[int]handle // Profile: per device, a timing event at its start of an iteration
+	arena     map[int]uint64 // device -> base of its allocation
+	bufAddr   []uint64       // buffer -> device address (0 for a remote rank's buffer)
+	streams   []handle
+	events    []handle
+	origin    map[int]handle // device -> the stream that starts and ends iterations
+	joinEv    []handle       // per stream: recorded at its end of an iteration
+	profEv    []handle       // Profile: per stream, a timing event at its end (a graph's record node)
+	capturing bool           // iteration is being captured as a CUDA graph
+	startEv   map[int]handle
+	devT0     map[int]handle // Profile: per device, a timing event at its start of an iteration
 	// Profile, waves mode: a timing event recorded after each NCCL group
 	// on the first device's first NCCL stream, and that stream; groupNo
 	// counts the groups of the iteration being issued.
@@ -523,14 +529,21 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 		}
 	}
 	for i := range x.streams {
-		var ev handle
+		var ev, pev handle
 		if d := prog.Streams[i].Dev; d >= 0 {
-			if ev, err = g.newEvent(d, opt.Profile); err != nil {
+			if ev, err = g.newEvent(d, false); err != nil {
 				x.Close()
 				return nil, err
 			}
+			if opt.Profile {
+				if pev, err = g.newEvent(d, true); err != nil {
+					x.Close()
+					return nil, err
+				}
+			}
 		}
 		x.joinEv = append(x.joinEv, ev)
+		x.profEv = append(x.profEv, pev)
 	}
 	if x.t0, err = g.newEvent(x.devices[0], true); err != nil {
 		x.Close()
@@ -685,7 +698,7 @@ func (x *Executor) Run() (_ *Result, err error) {
 				if st == 0 {
 					continue
 				}
-				e, err := x.g.elapsed(x.devT0[x.prog.Streams[i].Dev], x.joinEv[i])
+				e, err := x.g.elapsed(x.devT0[x.prog.Streams[i].Dev], x.profEv[i])
 				if err != nil {
 					res.ProfileErr = err.Error()
 					break
@@ -926,13 +939,28 @@ func (x *Executor) iteration() error {
 	if err := g.record(x.startEv[x.devices[0]], first); err != nil {
 		return err
 	}
+	// The profile's timing events: in a graph, nodes of their own.
+	timing := g.record
+	if x.capturing {
+		timing = g.recordNode
+	}
 	for _, d := range x.devices {
 		if err := g.wait(x.origin[d], x.startEv[x.devices[0]]); err != nil {
 			return err
 		}
 		if x.devT0 != nil {
-			if err := g.record(x.devT0[d], x.origin[d]); err != nil {
+			if err := timing(x.devT0[d], x.origin[d]); err != nil {
 				return err
+			}
+			// Another device's origin joins the first again: a graph's
+			// record node there would otherwise be unjoined work.
+			if d != x.devices[0] {
+				if err := g.record(x.startEv[d], x.origin[d]); err != nil {
+					return err
+				}
+				if err := g.wait(first, x.startEv[d]); err != nil {
+					return err
+				}
 			}
 		}
 	}
@@ -952,6 +980,11 @@ func (x *Executor) iteration() error {
 	for i, st := range x.streams {
 		if st == 0 {
 			continue
+		}
+		if x.profEv[i] != 0 {
+			if err := timing(x.profEv[i], st); err != nil {
+				return err
+			}
 		}
 		if err := g.record(x.joinEv[i], st); err != nil {
 			return err
@@ -974,7 +1007,9 @@ func (x *Executor) capture() error {
 	if err := x.g.beginCapture(first); err != nil {
 		return err
 	}
+	x.capturing = true
 	err := x.iteration()
+	x.capturing = false
 	graph, cerr := x.g.endCapture(first)
 	if err != nil {
 		return err

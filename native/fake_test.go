@@ -95,6 +95,7 @@ func (f *fakeGPU) record(ev, st handle) error {
 	f.enqueue(st, fakeOp{run: func() { f.events[e]++ }})
 	return nil
 }
+func (f *fakeGPU) recordNode(ev, st handle) error { return f.record(ev, st) }
 func (f *fakeGPU) wait(st, ev handle) error {
 	e := int(ev) - 1
 	want := f.posted[e] // waits for the latest record at call time

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -379,5 +380,37 @@ func BenchmarkGPUBoxCopy(b *testing.B) {
 		})
 		g.free(dev, strided)
 		g.free(dev, packed)
+	}
+}
+
+// --profile on a graph replay (the copy transport's default): every
+// stream's end is timed from the graph's own record nodes, after the
+// iteration's start and within its time.
+func TestGPUProfileWithGraph(t *testing.T) {
+	if _, err := Devices(); err != nil {
+		skipWithoutGPU(t, err)
+	}
+	rng := rand.New(rand.NewPCG(45, 46))
+	for i := range 4 {
+		s := schedtest.Random(t, rng)
+		for _, graph := range []bool{true, false} {
+			opt := Options{Backend: Loopback, Settings: program.Settings{Transport: TransportCopy, Lanes: 2, Graph: graph}, Iters: 3, Profile: true}
+			x, err := New(s, opt)
+			skipWithoutGPU(t, err)
+			res, err := x.Run()
+			x.Close()
+			if err != nil {
+				t.Fatalf("case %d graph=%v: %v", i, graph, err)
+			}
+			if res.ProfileErr != "" || len(res.StreamEnds) == 0 {
+				t.Fatalf("case %d graph=%v: profile error %q, %d stream ends", i, graph, res.ProfileErr, len(res.StreamEnds))
+			}
+			slowest := slices.Max(res.Times)
+			for _, e := range res.StreamEnds {
+				if e.End < 0 || e.End > slowest {
+					t.Errorf("case %d graph=%v: %s ends at %v, outside the iteration (slowest %v)", i, graph, e.Stream, e.End, slowest)
+				}
+			}
+		}
 	}
 }

@@ -59,6 +59,7 @@ FN(CUresult, cuStreamQuery, (CUstream))
 FN(CUresult, cuStreamWaitEvent, (CUstream, CUevent, unsigned))
 FN(CUresult, cuEventCreate, (CUevent*, unsigned))
 FN(CUresult, cuEventRecord, (CUevent, CUstream))
+FN(CUresult, cuEventRecordWithFlags, (CUevent, CUstream, unsigned))
 FN(CUresult, cuEventSynchronize, (CUevent))
 FN(CUresult, cuEventDestroy, (CUevent))
 FN(CUresult, cuEventElapsedTime, (float*, CUevent, CUevent))
@@ -169,6 +170,7 @@ int m2n_bind_cuda(void* h, char* missing, int n) {
 	SYM(h, cuStreamWaitEvent, "cuStreamWaitEvent");
 	SYM(h, cuEventCreate, "cuEventCreate");
 	SYM(h, cuEventRecord, "cuEventRecord");
+	SYM(h, cuEventRecordWithFlags, "cuEventRecordWithFlags");
 	SYM(h, cuEventSynchronize, "cuEventSynchronize");
 	SYM(h, cuEventDestroy, "cuEventDestroy_v2");
 	SYM(h, cuEventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime");
@@ -263,6 +265,8 @@ CUresult m2n_cuStreamQuery(uptr s) { return p_cuStreamQuery((CUstream)s); }
 CUresult m2n_cuStreamWaitEvent(uptr s, uptr e) { return p_cuStreamWaitEvent((CUstream)s, (CUevent)e, 0); }
 CUresult m2n_cuEventCreate(uptr* e, unsigned flags) { return p_cuEventCreate((CUevent*)e, flags); }
 CUresult m2n_cuEventRecord(uptr e, uptr s) { return p_cuEventRecord((CUevent)e, (CUstream)s); }
+/* CU_EVENT_RECORD_EXTERNAL (1): in a stream capture, an event record node. */
+CUresult m2n_cuEventRecordExternal(uptr e, uptr s) { return p_cuEventRecordWithFlags((CUevent)e, (CUstream)s, 1); }
 CUresult m2n_cuEventSynchronize(uptr e) { return p_cuEventSynchronize((CUevent)e); }
 CUresult m2n_cuEventDestroy(uptr e) { return p_cuEventDestroy((CUevent)e); }
 CUresult m2n_cuEventElapsedTime(float* ms, uptr a, uptr b) { return p_cuEventElapsedTime(ms, (CUevent)a, (CUevent)b); }

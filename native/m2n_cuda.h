@@ -45,6 +45,7 @@ CUresult m2n_cuStreamQuery(uptr s);
 CUresult m2n_cuStreamWaitEvent(uptr s, uptr e);
 CUresult m2n_cuEventCreate(uptr* e, unsigned flags);
 CUresult m2n_cuEventRecord(uptr e, uptr s);
+CUresult m2n_cuEventRecordExternal(uptr e, uptr s);
 CUresult m2n_cuEventSynchronize(uptr e);
 CUresult m2n_cuEventDestroy(uptr e);
 CUresult m2n_cuEventElapsedTime(float* ms, uptr a, uptr b);
