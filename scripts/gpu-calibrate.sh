@@ -30,9 +30,9 @@ loop() { local n=$1; shift; timeout 400 bin/m2n run --iters "$ITERS" --warmup 3 
 {
 for k in $(seq 1 "$CAL"); do
 	step "calibration $k of $CAL, one process"
-	time bin/m2n calibrate --out "$OUT/hgx-h200-measured-$k.toml"
+	time bin/m2n calibrate --samples "$OUT/samples-$k-one-process.json" --out "$OUT/hgx-h200-measured-$k.toml"
 	step "calibration $k of $CAL, one process per GPU (adds per_gpu)"
-	time torchrun2 bin/m2n calibrate --into "$OUT/hgx-h200-measured-$k.toml" --out "$OUT/hgx-h200-measured-$k.toml"
+	time torchrun2 bin/m2n calibrate --samples "$OUT/samples-$k-per-gpu.json" --into "$OUT/hgx-h200-measured-$k.toml" --out "$OUT/hgx-h200-measured-$k.toml"
 done
 cat "$P"
 step "held out: paper-2gpu, two GPUs"

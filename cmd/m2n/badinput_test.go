@@ -87,6 +87,9 @@ first_rank = 0
 		{"calibrate argument", []string{"calibrate", "FILE"}, "calibrate takes no arguments"},
 		{"calibrate base", []string{"calibrate", "--base", "nope"}, `--base: unknown topology preset "nope"`},
 		{"calibrate into a device", []string{"calibrate", "--into", "/dev/zero"}, "--into: /dev/zero: more than"},
+		{"calibrate samples from a device", []string{"calibrate", "--from-samples", "/dev/zero"}, "--from-samples: /dev/zero: more than"},
+		{"calibrate samples both ways", []string{"calibrate", "--samples", "a.json", "--from-samples", "b.json"}, "--samples and --from-samples"},
+		{"calibrate samples bad", []string{"calibrate", "--from-samples", "testdata/scenarios/uneven.toml"}, "--from-samples testdata/scenarios/uneven.toml: samples:"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var before, after runtime.MemStats

@@ -37,12 +37,17 @@ Run it once in one process, then under torchrun (one process per GPU) with
 	iters := fs.Int("iters", 20, "timed iterations of each benchmark")
 	warmup := fs.Int("warmup", 5, "untimed iterations first")
 	timeout := fs.Duration("timeout", 2*time.Minute, "nccl: give up on a peer after this long")
+	samples := fs.String("samples", "", "also write this run's raw measurements (every bench's times, in picoseconds) as JSON to this file, to fit again later with --from-samples")
+	from := fs.String("from-samples", "", "fit from the raw measurements a run wrote with --samples instead of measuring (no GPU needed)")
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}
 	if len(pos) > 0 {
 		return usagef("calibrate takes no arguments, got %s (the preset goes to --out)", strings.Join(pos, " "))
+	}
+	if *samples != "" && *samples == *out {
+		return usagef("--samples and --out are both %q: give the samples a file of their own", *out)
 	}
 	if *iters < 3 || *warmup < 0 {
 		return usagef("--iters must be at least 3 and --warmup at least 0")
@@ -66,6 +71,21 @@ Run it once in one process, then under torchrun (one process per GPU) with
 		}
 		t, old, *base, intoDesc = pt, doc.Measurements, doc.Topology.Preset, doc.Description
 	}
+	var in calibrate.Input
+	if *from != "" {
+		if *samples != "" {
+			return usagef("--samples and --from-samples: give one (samples read are not measured again)")
+		}
+		data, err := readCapped(*from, maxSamplesBytes, "raw samples")
+		if err != nil {
+			return fmt.Errorf("--from-samples: %w", err)
+		}
+		if in, err = calibrate.ReadSamples(data); err != nil {
+			return fmt.Errorf("--from-samples %s: %w", *from, err)
+		}
+		in.Command += fmt.Sprintf("; fitted again by m2n calibrate --from-samples %s", filepath.Base(*from))
+		return fitAndWrite(e, in, t, old, *name, *base, *into, intoDesc, *out, time.Now())
+	}
 	devs, err := native.Devices()
 	if err != nil {
 		if errors.Is(err, native.ErrNotSupported) {
@@ -77,7 +97,7 @@ Run it once in one process, then under torchrun (one process per GPU) with
 	if err != nil {
 		return err
 	}
-	in := calibrate.Input{Launch: topo.OneProcess, GPUsPerProcess: min(len(devs), 2), Samples: map[string]calibrate.Sample{}, Counts: map[string]calibrate.Counts{}, Boxes: map[program.BoxClass]calibrate.BoxSample{}}
+	in = calibrate.Input{Launch: topo.OneProcess, GPUsPerProcess: min(len(devs), 2), Samples: map[string]calibrate.Sample{}, Counts: map[string]calibrate.Counts{}, Boxes: map[program.BoxClass]calibrate.BoxSample{}}
 	gpus, dev := len(devs), 0
 	if launch != nil {
 		in.Launch, in.GPUsPerProcess, gpus, dev = topo.PerGPU, 1, launch.World, launch.LocalRank
@@ -152,6 +172,26 @@ Run it once in one process, then under torchrun (one process per GPU) with
 	in.Quant, in.QuantBytes = qt, qb
 	fmt.Fprintf(tw, "quantize\t%v\t%v .. %v\t\t\tbf16 -> fp8 %v in 128 x 128 blocks\n", qt[len(qt)/2], qt[0], qt[len(qt)-1], calibrate.QuantShape)
 	tw.Flush()
+	if launch != nil && launch.Rank != 0 {
+		_, err := calibrate.Fitting(in) // the same checks as rank 0's
+		return err
+	}
+	if *samples != "" {
+		if err := encodeFileAtomic(e.stdout, "--samples", *samples, func(w io.Writer) error { return calibrate.WriteSamples(w, in) }); err != nil {
+			return err
+		}
+	}
+	return fitAndWrite(e, in, t, old, *name, *base, *into, intoDesc, *out, start)
+}
+
+// maxSamplesBytes is the most a raw samples file may hold (a run's is
+// some tens of KB).
+const maxSamplesBytes = 64 << 20
+
+// fitAndWrite fits the measurements, sets the constants on t (the
+// preset's topology, from --into or the base) and writes the preset with
+// its records (old's, less those the fit replaces) to out.
+func fitAndWrite(e *env, in calibrate.Input, t *topo.Topology, old []scenario.MeasurementSpec, name, base, into, intoDesc, out string, start time.Time) error {
 	f, err := calibrate.Fitting(in)
 	if err != nil {
 		return err
@@ -160,17 +200,14 @@ Run it once in one process, then under torchrun (one process per GPU) with
 		fmt.Fprintf(e.stderr, "m2n: note: %s\n", n)
 	}
 	fmt.Fprintf(e.stderr, "m2n: calibrated in %.1f s\n", time.Since(start).Seconds())
-	if launch != nil && launch.Rank != 0 {
-		return nil
-	}
-	desc := fmt.Sprintf("%s with the constants m2n calibrate measured on %s", *base, in.Machine)
-	if *into != "" {
+	desc := fmt.Sprintf("%s with the constants m2n calibrate measured on %s", base, in.Machine)
+	if into != "" {
 		desc = intoDesc
 	}
 	calibrate.Apply(t, f)
 	ms := calibrate.Merge(old, f)
 	var buf bytes.Buffer
-	if err := calibrate.WritePreset(&buf, *name, desc, *base, t, ms); err != nil {
+	if err := calibrate.WritePreset(&buf, name, desc, base, t, ms); err != nil {
 		return err
 	}
 	// What was written must read back as written.
@@ -183,5 +220,5 @@ Run it once in one process, then under torchrun (one process per GPU) with
 		fmt.Fprintf(e.stderr, "m2n: warning: provenance: %s\n", p)
 	}
 	fmt.Fprint(e.stderr, t.Describe())
-	return encodeFileAtomic(e.stdout, "--out", *out, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err })
+	return encodeFileAtomic(e.stdout, "--out", out, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err })
 }

@@ -131,3 +131,34 @@ func TestCalibrateNeedsGPU(t *testing.T) {
 		t.Errorf("exit %d, stderr %q", code, stderr)
 	}
 }
+
+// A preset fitted again from the raw samples of both launch modes' runs,
+// without a GPU: every constant accounted for by its record, the
+// per-GPU copy rate among them, and the model runs on it.
+func TestCalibrateFromSamples(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "p.toml")
+	for _, args := range [][]string{
+		{"calibrate", "--from-samples", "../../calibrate/testdata/samples-one-process.json", "--out", p},
+		{"calibrate", "--from-samples", "../../calibrate/testdata/samples-per-gpu.json", "--into", p, "--out", p},
+	} {
+		_, stderr, code := run(t, args...)
+		if code != 0 || strings.Contains(stderr, "warning") {
+			t.Fatalf("%v: exit %d, stderr %s", args, code, stderr)
+		}
+	}
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(data), "\ncopy_rate = "); n != 2 {
+		t.Errorf("%d copy rates in the preset, want one per launch mode", n)
+	}
+	for _, want := range []string{`constant = "executor.per_gpu.copy_rate"`, "fitted again by m2n calibrate --from-samples samples-per-gpu.json"} {
+		if !strings.Contains(string(data), want) {
+			t.Errorf("the preset lacks %s:\n%s", want, data)
+		}
+	}
+	if _, stderr, code := run(t, "sim", "--model", p, "--launch", "per-gpu", "--transport", "copy", "paper-2gpu"); code != 0 {
+		t.Errorf("sim on the refitted preset: exit %d, %s", code, stderr)
+	}
+}
