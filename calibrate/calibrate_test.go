@@ -61,7 +61,10 @@ func measure(t *testing.T, tp *topo.Topology, launch topo.Launch) Input {
 		in.Boxes[c.Class] = BoxSample{Pack: []units.Time{units.Time(float64(cp) / eff)}, Unpack: []units.Time{units.Time(float64(cp) / eff)}, Copy: []units.Time{cp}}
 	}
 	// The quantize kernel at its rate.
-	qb := int64(3 * 16 * 2048 * 7168)
+	qb := int64(3)
+	for _, n := range QuantShape {
+		qb *= n
+	}
 	in.Quant, in.QuantBytes = []units.Time{units.Time(float64(qb) / (tp.Executor.Quantize * float64(tp.Memory)) * 1e12)}, qb
 	return in
 }
