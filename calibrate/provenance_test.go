@@ -137,11 +137,7 @@ func TestProvenanceCatchesEachBreak(t *testing.T) {
 // lostRecords are the constants of the embedded presets known to lack the
 // record of the mode that set them, with why; a recalibration
 // (scripts/gpu-calibrate.sh) writes them and must empty this list.
-var lostRecords = map[string][]string{
-	// The per-GPU run of 2026-11-30 merged its machine records over the
-	// one-process ones (Merge keyed records by constant alone).
-	"hgx-h200-measured": {"nvlink", "memory", "latency_local", "executor.pack_long", "executor.pack_short", "executor.pack_stage", "executor.quantize"},
-}
+var lostRecords = map[string][]string{}
 
 // Every embedded measured preset accounts for its constants, but for the
 // records listed as lost.

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -27,8 +28,16 @@ func TestBadInputsFast(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nanPreset := write("nan.toml", strings.Replace(string(measured), "pack_long = 0.872", "pack_long = nan", 1))
-	infPreset := write("inf.toml", strings.Replace(string(measured), `nvlink = "390.5 GB/s"`, `nvlink = "1e308 GB/s"`, 1))
+	// The embedded preset with one value broken, whatever its measured value.
+	breakOne := func(re, with string) string {
+		loc := regexp.MustCompile(re).FindStringIndex(string(measured))
+		if loc == nil {
+			t.Fatalf("the embedded preset has no %s", re)
+		}
+		return string(measured[:loc[0]]) + with + string(measured[loc[1]:])
+	}
+	nanPreset := write("nan.toml", breakOne(`(?m)^pack_long = [0-9.]+$`, "pack_long = nan"))
+	infPreset := write("inf.toml", breakOne(`(?m)^nvlink = "[^"]*"$`, `nvlink = "1e308 GB/s"`))
 	tensor := func(extra string) string {
 		return write("t"+time.Now().Format("150405.000000000")+".toml", `name = "t"
 [topology]
