@@ -70,6 +70,16 @@ func BoxCases() []BoxCase {
 	}
 }
 
+// BatchCase is the batch bench's box: the right half of a [32768, 8192]
+// bf16 array's columns (8 KiB runs, 256 MiB) unpacked from staging as one
+// batch kernel of 64 boxes of 4 MiB, the shape of a waves-mode batch of
+// unpacks (many boxes of a few MiB).
+var BatchCase = struct {
+	Full, Start, Size []int64
+	Elem              int64
+	Pieces            int
+}{[]int64{32768, 8192}, []int64{0, 4096}, []int64{32768, 4096}, 2, 64}
+
 const (
 	pairSmall   = 256 << 10
 	copyBytes   = 1 << 30

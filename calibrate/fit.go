@@ -23,6 +23,7 @@ type Fit struct {
 	PackShort    float64
 	PackStage    float64
 	Quantize     float64
+	BatchShared  float64 // 0: not measured
 	// Costs are the launch mode's executor costs.
 	Costs topo.ExecCosts
 	// Measurements say where each constant comes from.
@@ -46,9 +47,13 @@ type Input struct {
 	// QuantBytes the bytes each moves; none: no quantize rate.
 	Quant      []units.Time
 	QuantBytes int64
-	Command    string // the command that measured them
-	Date       string // when (UTC, RFC 3339)
-	Machine    string // what: GPUs, driver, NCCL
+	// BatchWhole and BatchShared are the batch bench's times (BatchCase)
+	// on the whole GPU's grid and on the grid left beside NCCL (sorted);
+	// none: no batch_shared.
+	BatchWhole, BatchShared []units.Time
+	Command                 string // the command that measured them
+	Date                    string // when (UTC, RFC 3339)
+	Machine                 string // what: GPUs, driver, NCCL
 }
 
 func median(ts []units.Time) units.Time { return ts[len(ts)/2] }
@@ -163,6 +168,15 @@ func fitting(in Input) (*Fit, error) {
 		f.Measurements = append(f.Measurements, scenario.MeasurementSpec{Constant: "executor.quantize", Value: fmt.Sprintf("%.3f", f.Quantize),
 			Min: fmt.Sprintf("%.3f", q(in.Quant[len(in.Quant)-1])), Max: fmt.Sprintf("%.3f", q(in.Quant[0])), Samples: len(in.Quant),
 			Fit:     fmt.Sprintf("bytes read and written / median quantize of a %v bf16 box in 128 x 128 blocks / memory", QuantShape),
+			Command: in.Command, Date: in.Date, Machine: in.Machine})
+	}
+	if len(in.BatchWhole) > 0 && len(in.BatchShared) > 0 {
+		r := func(whole, shared units.Time) float64 { return math.Min(1, float64(whole)/float64(shared)) }
+		f.BatchShared = math.Round(r(median(in.BatchWhole), median(in.BatchShared))*1000) / 1000
+		f.Measurements = append(f.Measurements, scenario.MeasurementSpec{Constant: "executor.batch_shared", Value: fmt.Sprintf("%.3f", f.BatchShared),
+			Min: fmt.Sprintf("%.3f", r(in.BatchWhole[0], in.BatchShared[len(in.BatchShared)-1])), Max: fmt.Sprintf("%.3f", r(in.BatchWhole[len(in.BatchWhole)-1], in.BatchShared[0])),
+			Samples: len(in.BatchShared),
+			Fit:     fmt.Sprintf("median batch on the whole GPU / median batch on the grid left beside NCCL: box %v of %v bf16 in %d pieces", BatchCase.Size, BatchCase.Full, BatchCase.Pieces),
 			Command: in.Command, Date: in.Date, Machine: in.Machine})
 	}
 	// A box-copy kernel's start latency: the one that makes the simulated

@@ -32,6 +32,7 @@ type samplesDoc struct {
 	Benches        map[string]benchDoc `json:"benches"`
 	Boxes          map[string]boxDoc   `json:"boxes"`
 	QuantizePS     []int64             `json:"quantize_ps"`
+	Batch          *batchDoc           `json:"batch,omitempty"`
 	QuantizeBytes  int64               `json:"quantize_bytes"`
 	Command        string              `json:"command"`
 	Date           string              `json:"date"`
@@ -46,6 +47,13 @@ type benchDoc struct {
 	Launches    int     `json:"launches"`
 	Events      int     `json:"events"`
 	EventsFirst int     `json:"events_before_first_op"`
+}
+
+// batchDoc is the batch bench's times on the whole GPU and on the grid
+// left beside NCCL.
+type batchDoc struct {
+	WholePS  []int64 `json:"whole_ps"`
+	SharedPS []int64 `json:"shared_ps"`
 }
 
 // boxDoc is one box class's pack, unpack and copy times.
@@ -70,6 +78,9 @@ func WriteSamples(w io.Writer, in Input) error {
 	d := samplesDoc{Version: SamplesVersion, Launch: in.Launch.String(), GPUsPerProcess: in.GPUsPerProcess,
 		Benches: map[string]benchDoc{}, Boxes: map[string]boxDoc{}, QuantizePS: ps(in.Quant), QuantizeBytes: in.QuantBytes,
 		Command: in.Command, Date: in.Date, Machine: in.Machine}
+	if len(in.BatchWhole) > 0 || len(in.BatchShared) > 0 {
+		d.Batch = &batchDoc{WholePS: ps(in.BatchWhole), SharedPS: ps(in.BatchShared)}
+	}
 	for name, s := range in.Samples {
 		c := in.Counts[name]
 		d.Benches[name] = benchDoc{TimesPS: ps(s.Times), HostIssuePS: int64(s.HostIssue), Groups: s.Groups,
@@ -173,6 +184,15 @@ func ReadSamples(data []byte) (Input, error) {
 		}
 		if d.QuantizeBytes <= 0 {
 			return Input{}, fmt.Errorf("samples: quantize_bytes = %d: must be positive with quantize_ps", d.QuantizeBytes)
+		}
+	}
+	if d.Batch != nil {
+		var err error
+		if in.BatchWhole, err = times("batch.whole_ps", d.Batch.WholePS); err != nil {
+			return Input{}, err
+		}
+		if in.BatchShared, err = times("batch.shared_ps", d.Batch.SharedPS); err != nil {
+			return Input{}, err
 		}
 	}
 	return in, nil

@@ -13,6 +13,7 @@ import "C"
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"time"
@@ -174,6 +175,83 @@ func TimeBoxCopy(dev int, full, start, size []int64, elem int64, reps int) (pack
 		return nil, nil, nil, "", err
 	}
 	return pack, unpack, cp, pk, nil
+}
+
+// TimeBatchCopy times, on one GPU, a box of size at start in a row-major
+// array of shape full unpacked from contiguous staging as one batch kernel
+// (box_copy_batch) of pieces boxes, the box cut along dim 0: reps timed
+// runs on the whole GPU's grid (whole) and on the grid a batch gets beside
+// NCCL kernels in waves mode (shared), in device time.
+func TimeBatchCopy(dev int, full, start, size []int64, elem int64, pieces, reps int) (whole, shared []units.Time, err error) {
+	if pieces < 1 || int64(pieces) > size[0] {
+		return nil, nil, fmt.Errorf("TimeBatchCopy: %d pieces of %d rows", pieces, size[0])
+	}
+	g, err := newCUDA([]int{dev}, time.Minute)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer g.close()
+	fullBytes, boxBytes := elem, elem
+	for k := range full {
+		fullBytes *= full[k]
+		boxBytes *= size[k]
+	}
+	strided, err := g.alloc(dev, fullBytes)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer g.free(dev, strided)
+	packed, err := g.alloc(dev, boxBytes)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer g.free(dev, packed)
+	var ds []batchDesc
+	var off int64
+	for i := range int64(pieces) {
+		lo, hi := size[0]*i/int64(pieces), size[0]*(i+1)/int64(pieces)
+		sub := append([]int64{hi - lo}, size[1:]...)
+		at := append([]int64{start[0] + lo}, start[1:]...)
+		a, kernel, err := planBoxCopy(view{packed + uint64(off), sub, make([]int64, len(sub))}, view{strided, full, at}, sub, elem)
+		if err != nil {
+			return nil, nil, err
+		}
+		d, ok := batchable(a, kernel)
+		if !ok {
+			return nil, nil, fmt.Errorf("TimeBatchCopy: %s does not batch", kernel)
+		}
+		ds = append(ds, d)
+		n := elem
+		for _, k := range sub {
+			n *= k
+		}
+		off += n
+	}
+	b, prefixAt, nUnits := encodeBatch(ds)
+	desc, err := g.alloc(dev, int64(len(b)))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer g.free(dev, desc)
+	if err := g.upload(dev, desc, b); err != nil {
+		return nil, nil, err
+	}
+	args := batchArgs{Desc: desc, Prefix: desc + uint64(prefixAt), N: int64(len(ds)), Units: nUnits}
+	st, err := g.newStream(dev)
+	if err != nil {
+		return nil, nil, err
+	}
+	tm, err := g.newTimer(st)
+	if err != nil {
+		return nil, nil, err
+	}
+	if whole, err = tm.runs(reps, func() error { return g.batchCopy(&args, false, st) }); err != nil {
+		return nil, nil, err
+	}
+	if shared, err = tm.runs(reps, func() error { return g.batchCopy(&args, true, st) }); err != nil {
+		return nil, nil, err
+	}
+	return whole, shared, nil
 }
 
 // TimeQuantize times, on one GPU, the quantize kernel on a bf16 box of

@@ -29,6 +29,11 @@ func Inventory() ([]GPUInfo, error) { return nil, ErrNotSupported }
 // CopyBandwidth reports ErrNotSupported in builds without cgo.
 func CopyBandwidth(dev int, n int64) (units.Bandwidth, error) { return 0, ErrNotSupported }
 
+// TimeBatchCopy reports ErrNotSupported in builds without cgo.
+func TimeBatchCopy(dev int, full, start, size []int64, elem int64, pieces, reps int) (whole, shared []units.Time, err error) {
+	return nil, nil, ErrNotSupported
+}
+
 // TimeBoxCopy reports ErrNotSupported in builds without cgo.
 func TimeBoxCopy(dev int, full, start, size []int64, elem int64, reps int) (pack, unpack, cp []units.Time, kernel string, err error) {
 	return nil, nil, nil, "", ErrNotSupported

@@ -154,3 +154,32 @@ func TestModelPeerCopyRateFormula(t *testing.T) {
 		within(t, "peer copy, "+c.launch.String(), r.Makespan, tp.LatencyNet+seconds(n, c.rate))
 	}
 }
+
+// Two packs of one rank on one stream in waves mode are one batch kernel:
+// together, the latencies once and their bytes at the class's share of
+// memory, and at batch_shared of that where the preset measured it (the
+// grid NCCL leaves a batch); a stream of copies (copy transport) is not
+// slowed.
+func TestModelBatchSharedFormula(t *testing.T) {
+	rows, cols, full := int64(64), int64(2048), int64(8192)
+	s := packOne(rows, cols, full, 0)
+	n := 2 * rows * cols
+	s.Buffers = append(s.Buffers, ir.Buffer{ID: 2, Rank: 0, Kind: ir.Staging, Tensor: -1, Bytes: n})
+	ref := s.AddBox(layout.Box{Start: []int64{0, 4096}, Size: []int64{rows, cols}})
+	s.AddOp(ir.Op{Kind: ir.Pack, Rank: 0, Peer: -1, Match: -1, Src: ir.Region{Buf: 0, BoxRef: ref, Bytes: n}, Dst: ir.Region{Buf: 2, Bytes: n}})
+	for _, c := range []struct {
+		name      string
+		transport string
+		shared    float64
+		share     float64
+	}{{"waves, not measured", "nccl", 0, 1}, {"waves", "nccl", 0.25, 0.25}, {"copies", "copy", 0.25, 1}} {
+		tp := machine()
+		tp.Executor.BatchShared = c.shared
+		r, err := Run(s, tp, Options{Loopback: true, Exec: Exec{Transport: c.transport, Graph: c.transport == "copy"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := tp.LatencyLocal + tp.Executor.Costs[topo.OneProcess].BoxLatency + seconds(2*2*n, units.Bandwidth(c.share*tp.Executor.PackLong*float64(tp.Memory)))
+		within(t, c.name, r.Makespan, want)
+	}
+}

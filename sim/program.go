@@ -192,6 +192,12 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 				coef := quantCoef
 				if op.Kind != ir.Quantize {
 					coef = packRate(program.ClassOf(s, &op))
+					// A batch beside NCCL kernels runs on the grid they
+					// leave it (waves mode): its copies at that share of
+					// their rate.
+					if po.Mode == program.Waves && st.Batch != nil && x.BatchShared > 0 {
+						coef /= x.BatchShared
+					}
 				}
 				id := add(op, clock[proc(d)], lw, coef, ds)
 				if op.Kind == ir.Quantize {

@@ -171,6 +171,15 @@ Run it once in one process, then under torchrun (one process per GPU) with
 	slices.Sort(qt)
 	in.Quant, in.QuantBytes = qt, qb
 	fmt.Fprintf(tw, "quantize\t%v\t%v .. %v\t\t\tbf16 -> fp8 %v in 128 x 128 blocks\n", qt[len(qt)/2], qt[0], qt[len(qt)-1], calibrate.QuantShape)
+	bc := calibrate.BatchCase
+	bw, bs, err := native.TimeBatchCopy(dev, bc.Full, bc.Start, bc.Size, bc.Elem, bc.Pieces, *iters)
+	if err != nil {
+		return fmt.Errorf("batch: %w", err)
+	}
+	slices.Sort(bw)
+	slices.Sort(bs)
+	in.BatchWhole, in.BatchShared = bw, bs
+	fmt.Fprintf(tw, "batch\t%v\t%v .. %v\t\t\t%d boxes of %v of %v as one batch kernel; on the grid left beside NCCL: %v\n", bw[len(bw)/2], bw[0], bw[len(bw)-1], bc.Pieces, bc.Size, bc.Full, bs[len(bs)/2])
 	tw.Flush()
 	if launch != nil && launch.Rank != 0 {
 		_, err := calibrate.Fitting(in) // the same checks as rank 0's

@@ -55,12 +55,13 @@ type TopologySpec struct {
 // ExecutorSpec sets the GPU executor's measured costs (topo.Executor),
 // per launch mode; unset fields keep the preset's value.
 type ExecutorSpec struct {
-	PackLong   *float64       `toml:"pack_long"`
-	PackShort  *float64       `toml:"pack_short"`
-	PackStage  *float64       `toml:"pack_stage"`
-	Quantize   *float64       `toml:"quantize"`
-	OneProcess *ExecCostsSpec `toml:"one_process"`
-	PerGPU     *ExecCostsSpec `toml:"per_gpu"`
+	PackLong    *float64       `toml:"pack_long"`
+	PackShort   *float64       `toml:"pack_short"`
+	PackStage   *float64       `toml:"pack_stage"`
+	Quantize    *float64       `toml:"quantize"`
+	BatchShared *float64       `toml:"batch_shared"`
+	OneProcess  *ExecCostsSpec `toml:"one_process"`
+	PerGPU      *ExecCostsSpec `toml:"per_gpu"`
 }
 
 // ExecCostsSpec is one launch mode's costs (topo.ExecCosts).

@@ -200,7 +200,7 @@ func (t *Topology) Describe() string {
 	fmt.Fprintf(&b, "fabric: %s\n", over)
 	fmt.Fprintf(&b, "op start latency: NVLink %v, network %v, local %v\n", t.LatencyNVLink, t.LatencyNet, t.LatencyLocal)
 	if e := &t.Executor; !e.IsZero() {
-		fmt.Fprintf(&b, "executor: pack/unpack at %.2f/%.2f/%.2f of memory (long/short/staged rows), quantize at %.2f\n", e.PackLong, e.PackShort, e.PackStage, e.Quantize)
+		fmt.Fprintf(&b, "executor: pack/unpack at %.2f/%.2f/%.2f of memory (long/short/staged rows), quantize at %.2f, a batch beside NCCL at %.2f of its rate\n", e.PackLong, e.PackShort, e.PackStage, e.Quantize, e.BatchShared)
 		for l, c := range e.Costs {
 			fmt.Fprintf(&b, "executor, %s: pair %v, duplex %v, copies %v, send/recv %v (+ ramp %v), group %v, start %v, box kernel %v; host: group %v, send/recv %v, launch %v, event %v\n",
 				Launch(l), c.PairRate, c.DuplexRate, c.CopyRate, c.XferLatency, c.Ramp, c.GroupLatency, c.StartLatency, c.BoxLatency, c.HostGroup, c.HostXfer, c.HostLaunch, c.HostEvent)
@@ -251,6 +251,10 @@ type Executor struct {
 	// Quantize is the quantize kernel's rate (bytes read plus written:
 	// source, fp8 and scales) as a fraction of Memory; 0 means 1.
 	Quantize float64
+	// BatchShared is the rate of a batch kernel of box copies on the grid
+	// it is left beside NCCL kernels (waves mode), as a fraction of the
+	// same batch on the whole GPU; 0 means 1.
+	BatchShared float64
 	// Costs by launch mode, indexed by Launch.
 	Costs [2]ExecCosts
 }
@@ -300,7 +304,7 @@ func (e *Executor) IsZero() bool {
 			return false
 		}
 	}
-	return e.PackLong == 0 && e.PackShort == 0 && e.PackStage == 0 && e.Quantize == 0
+	return e.PackLong == 0 && e.PackShort == 0 && e.PackStage == 0 && e.Quantize == 0 && e.BatchShared == 0
 }
 
 // IsZero reports whether no cost of the launch mode is set.
@@ -345,6 +349,9 @@ func (e *Executor) validate() []error {
 		if !(f.v >= 0 && f.v <= 1) { // NaN too
 			errs = append(errs, fmt.Errorf("%s = %g: must be a fraction of memory bandwidth, in [0, 1] (0: 1)", f.name, f.v))
 		}
+	}
+	if !(e.BatchShared >= 0 && e.BatchShared <= 1) {
+		errs = append(errs, fmt.Errorf("executor.batch_shared = %g: must be a fraction of a whole-GPU batch's rate, in [0, 1] (0: 1)", e.BatchShared))
 	}
 	for l, c := range e.Costs {
 		name := "executor." + strings.ReplaceAll(Launch(l).String(), "-", "_") + "."
