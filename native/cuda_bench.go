@@ -122,32 +122,40 @@ func (g *cudaGPU) download(dev int, b []byte, src uint64) error {
 	})
 }
 
+// boxBuffers opens dev with an array of shape full and a contiguous
+// buffer for a box of size (elem bytes each); done frees them and closes.
+func boxBuffers(dev int, full, size []int64, elem int64) (g *cudaGPU, strided, packed uint64, boxBytes int64, done func(), err error) {
+	if g, err = newCUDA([]int{dev}, time.Minute); err != nil {
+		return nil, 0, 0, 0, nil, err
+	}
+	fullBytes, boxBytes := elem, elem
+	for k := range full {
+		fullBytes *= full[k]
+		boxBytes *= size[k]
+	}
+	if strided, err = g.alloc(dev, fullBytes); err == nil {
+		if packed, err = g.alloc(dev, boxBytes); err != nil {
+			g.free(dev, strided)
+		}
+	}
+	if err != nil {
+		g.close()
+		return nil, 0, 0, 0, nil, err
+	}
+	return g, strided, packed, boxBytes, func() { g.free(dev, packed); g.free(dev, strided); g.close() }, nil
+}
+
 // TimeBoxCopy times, on one GPU, the pack of a box of size elements (elem
 // bytes each) at start in a row-major array of shape full into a
 // contiguous buffer, its unpack back, and a device copy of the same bytes:
 // reps timed runs of each after a warm-up, in device time; and the pack
 // kernel's name.
 func TimeBoxCopy(dev int, full, start, size []int64, elem int64, reps int) (pack, unpack, cp []units.Time, kernel string, err error) {
-	g, err := newCUDA([]int{dev}, time.Minute)
+	g, strided, packed, boxBytes, done, err := boxBuffers(dev, full, size, elem)
 	if err != nil {
 		return nil, nil, nil, "", err
 	}
-	defer g.close()
-	fullBytes, boxBytes := elem, elem
-	for k := range full {
-		fullBytes *= full[k]
-		boxBytes *= size[k]
-	}
-	strided, err := g.alloc(dev, fullBytes)
-	if err != nil {
-		return nil, nil, nil, "", err
-	}
-	defer g.free(dev, strided)
-	packed, err := g.alloc(dev, boxBytes)
-	if err != nil {
-		return nil, nil, nil, "", err
-	}
-	defer g.free(dev, packed)
+	defer done()
 	zero := make([]int64, len(size))
 	pa, pk, err := planBoxCopy(view{strided, full, start}, view{packed, size, zero}, size, elem)
 	if err != nil {
@@ -186,26 +194,11 @@ func TimeBatchCopy(dev int, full, start, size []int64, elem int64, pieces, reps 
 	if pieces < 1 || int64(pieces) > size[0] {
 		return nil, nil, fmt.Errorf("TimeBatchCopy: %d pieces of %d rows", pieces, size[0])
 	}
-	g, err := newCUDA([]int{dev}, time.Minute)
+	g, strided, packed, _, done, err := boxBuffers(dev, full, size, elem)
 	if err != nil {
 		return nil, nil, err
 	}
-	defer g.close()
-	fullBytes, boxBytes := elem, elem
-	for k := range full {
-		fullBytes *= full[k]
-		boxBytes *= size[k]
-	}
-	strided, err := g.alloc(dev, fullBytes)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer g.free(dev, strided)
-	packed, err := g.alloc(dev, boxBytes)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer g.free(dev, packed)
+	defer done()
 	var ds []batchDesc
 	var off int64
 	for i := range int64(pieces) {
