@@ -266,3 +266,117 @@ func TestSortBounds(t *testing.T) {
 		}
 	}
 }
+
+// checkAggregates checks what a local refill reads against the flows:
+// each resource's buckets hold exactly its solved users, each at its rate,
+// with their coefficients summed, no bucket empty and no rate twice; each
+// resource group's members are exactly the flows in that group.
+func checkAggregates(f *fluid) error {
+	for r := range int32(f.nres) {
+		want := map[int64]int64{} // rate -> coefficients
+		n := 0
+		for i, id := range f.users[r] {
+			if fl := &f.flows[id]; fl.group >= 0 {
+				want[fl.rate] += f.ucoef[r][i]
+				n++
+			}
+		}
+		seen := map[int64]bool{}
+		for _, b := range f.bkt[r] {
+			if len(b.ids) == 0 || seen[b.rate] {
+				return fmt.Errorf("resource %d: bucket at %d empty or repeated", r, b.rate)
+			}
+			seen[b.rate] = true
+			var w int64
+			for p, m := range b.ids {
+				fl := &f.flows[m.id]
+				if fl.group < 0 || fl.res[m.k] != r || fl.rate != b.rate || f.bpos[m.id][m.k] != int32(p) {
+					return fmt.Errorf("resource %d: bucket at %d holds flow %d (slot %d) wrongly", r, b.rate, m.id, m.k)
+				}
+				w += fl.coef[m.k]
+				n--
+			}
+			if w != b.w || w != want[b.rate] {
+				return fmt.Errorf("resource %d: bucket at %d sums %d, its flows %d, the users %d", r, b.rate, b.w, w, want[b.rate])
+			}
+		}
+		if n != 0 || len(seen) != len(want) {
+			return fmt.Errorf("resource %d: the buckets miss users", r)
+		}
+		members := 0
+		for p, id := range f.gmem[r] {
+			if f.flows[id].group != r || f.gpos[id] != int32(p) {
+				return fmt.Errorf("resource %d: member %d is in group %d", r, id, f.flows[id].group)
+			}
+			members++
+		}
+		for id := range f.flows {
+			if f.flows[id].group == r {
+				members--
+			}
+		}
+		if members != 0 {
+			return fmt.Errorf("resource %d: its group's members are not its flows", r)
+		}
+	}
+	return nil
+}
+
+// The aggregates stay exact as flows come and go (random flows, shared
+// levels, caps, paths that repeat a resource), and the solver keeps
+// matching the full fill with them.
+func TestFluidAggregates(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 23))
+	local, rounds := 0, 0
+	defer func() {
+		// Local refills ran, and widened.
+		if local == 0 || rounds <= local {
+			t.Errorf("%d local solves, %d refills", local, rounds)
+		}
+	}()
+	for i := range 200 {
+		nr := 1 + rng.IntN(8)
+		capacity := randomCapacities(rng, nr)
+		cur := newFluid(capacity)
+		cur.fullFrac = []float64{defaultFullFrac, 0.1, 2}[i%3]
+		orc := newFullFill(capacity).(*fullFill)
+		type pair struct{ cur, orc int32 }
+		var live []pair
+		for step := range 60 {
+			for range 1 + rng.IntN(4) {
+				if len(live) > 0 && rng.IntN(3) == 0 {
+					k := rng.IntN(len(live))
+					cur.remove(live[k].cur)
+					orc.remove(live[k].orc)
+					live = append(live[:k], live[k+1:]...)
+					continue
+				}
+				n := 1 + rng.IntN(min(maxPath, 3))
+				var res []int32
+				var coef []int64
+				for range n {
+					res = append(res, int32(rng.IntN(nr))) // may repeat
+					coef = append(coef, coefOf(float64(1+rng.IntN(2))))
+				}
+				var limit int64
+				if rng.IntN(5) == 0 {
+					limit = rateOf([]float64{0.002, 0.005}[rng.IntN(2)])
+				}
+				live = append(live, pair{cur.add(res, coef, limit), orc.add(res, coef, limit)})
+			}
+			cur.solve()
+			orc.solve()
+			where := fmt.Sprintf("case %d step %d", i, step)
+			if err := checkAggregates(cur); err != nil {
+				t.Fatalf("%s: %v", where, err)
+			}
+			for _, p := range live {
+				if c, o := cur.flows[p.cur], orc.flows[p.orc]; c.rate != o.rate || c.group != o.group {
+					t.Fatalf("%s: flow %d at %d in group %d, full fill %d in %d", where, p.cur, c.rate, c.group, o.rate, o.group)
+				}
+			}
+		}
+		local += cur.local
+		rounds += cur.rounds
+	}
+}
