@@ -96,6 +96,7 @@ type fluid struct {
 	sc     []flowScratch // per flow slot
 	bounds []bounded     // flows of S with a finite bound, sorted by it
 	stale  []bool        // per resource: its candidate needs recomputing
+	dl     [][]rateDelta // per held resource checked: the rates changed on it
 	sorted []rateCoef
 	xl     [][]int32  // per resource of A: the explicit flows on it
 	ents   []aggEntry // per resource of A, its buckets less its explicit flows
@@ -186,6 +187,7 @@ func newFluid(capacity []u128) *fluid {
 		bkt:      make([][]rbucket, n),
 		gmem:     make([][]int32, n),
 		xl:       make([][]int32, n),
+		dl:       make([][]rateDelta, n),
 		entLo:    make([]int32, n),
 		entHi:    make([]int32, n),
 		fullFrac: defaultFullFrac,
@@ -831,21 +833,142 @@ func (f *fluid) verifyHeld(e uint32) bool {
 		if f.sc[id].rate == fl.rate && fl.group >= 0 {
 			continue
 		}
+		old := fl.rate
+		if fl.group < 0 {
+			old = -1 // in no bucket yet
+		}
 		for k := range int(fl.n) {
-			if r := fl.res[k]; f.resMark[r] != e && f.chkMark[r] != c {
+			r := fl.res[k]
+			if f.resMark[r] == e {
+				continue
+			}
+			if f.chkMark[r] != c {
 				f.chkMark[r] = c
 				f.check = append(f.check, r)
+				f.dl[r] = f.dl[r][:0]
 			}
+			f.dl[r] = append(f.dl[r], rateDelta{old, f.sc[id].rate, fl.coef[k]})
 		}
 	}
 	ok := true
 	for _, r := range f.check {
-		if !f.holds(r, e) {
+		if !f.holdsAgg(r) {
 			ok = false
 			f.addRes(r, e)
 		}
 	}
 	return ok
+}
+
+// rateDelta is a flow whose rate a refill changed, on a held resource:
+// its coefficient there, its old rate (-1: new) and its new one.
+type rateDelta struct{ old, new, coef int64 }
+
+// holdsAgg is holds read from the resource's buckets and the rates the
+// refill changed on it (dl[r]) instead of from every flow on it.
+func (f *fluid) holdsAgg(r int32) bool {
+	xs := f.sorted[:0]
+	for i := range f.bkt[r] {
+		xs = append(xs, rateCoef{f.bkt[r][i].rate, f.bkt[r][i].w})
+	}
+	nb := len(xs)
+	for _, d := range f.dl[r] {
+		if d.old >= 0 {
+			for i := range nb {
+				if xs[i].rate == d.old {
+					xs[i].coef -= d.coef
+					break
+				}
+			}
+		}
+		xs = append(xs, rateCoef{d.new, d.coef})
+	}
+	f.sorted = xs
+	return f.holdsRates(r, xs)
+}
+
+// holdsRates is holds for a resource whose flows' rates and coefficients
+// are xs (a rate may repeat; a zero coefficient is no flow): holdsFast's
+// test, then, where it cannot decide, holdsSorted's sweep. It reorders xs.
+func (f *fluid) holdsRates(r int32, xs []rateCoef) bool {
+	lvl := f.level[r]
+	var below, at u128
+	var wBelow, wAt uint64
+	var top int64
+	for _, x := range xs {
+		c := uint64(x.coef)
+		switch {
+		case c == 0:
+		case x.rate < lvl:
+			below = below.add(mul128(c, uint64(x.rate)))
+			wBelow += c
+			top = max(top, x.rate)
+		case x.rate == lvl:
+			at = at.add(mul128(c, uint64(x.rate)))
+			wAt += c
+		default:
+			return false
+		}
+	}
+	capa := f.capacity[r]
+	if lvl == noLevel {
+		if need := below.add(u128{0, wBelow}); !capa.less(need) {
+			return true
+		}
+	} else {
+		if wAt == 0 || capa.less(below) || capa.sub(below).floorDiv(wAt) != lvl {
+			return false
+		}
+		room := capa.sub(below).sub(at)
+		slack := room.add(mul128(uint64(lvl-top-1), wAt))
+		if wBelow == 0 || !slack.less(u128{0, wBelow}) {
+			return true
+		}
+	}
+	n := 0
+	for _, x := range xs {
+		if x.coef != 0 {
+			xs[n] = x
+			n++
+		}
+	}
+	xs = xs[:n]
+	sortRates(xs)
+	var load u128
+	w := f.wsum[r]
+	for i := 0; i < len(xs); {
+		mu := xs[i].rate
+		var k int64
+		if !load.less(capa) {
+			k = 0
+		} else {
+			k = capa.sub(load).floorDiv(uint64(w))
+		}
+		if lvl <= mu {
+			return lvl == mu && k == lvl
+		}
+		if k <= mu {
+			return false
+		}
+		for ; i < len(xs) && xs[i].rate == mu; i++ {
+			load = load.add(mul128(uint64(xs[i].coef), uint64(mu)))
+			w -= xs[i].coef
+		}
+	}
+	return lvl == noLevel
+}
+
+// sortRates sorts by rate.
+func sortRates(xs []rateCoef) {
+	slices.SortFunc(xs, func(a, b rateCoef) int {
+		switch {
+		case a.rate < b.rate:
+			return -1
+		case a.rate > b.rate:
+			return 1
+		}
+		return 0
+	})
 }
 
 // holds reports whether a held resource's level is what progressive

@@ -380,3 +380,77 @@ func TestFluidAggregates(t *testing.T) {
 		rounds += cur.rounds
 	}
 }
+
+// holdsRates on a resource's flows as buckets and changes agrees with
+// holds on the flows one by one, at the solution's levels and
+// others: random flows, rates moved as a refill moves them.
+func TestHoldsRates(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 9))
+	held, swept := 0, 0
+	for i := range 300 {
+		nr := 1 + rng.IntN(4)
+		f := newFluid(randomCapacities(rng, nr))
+		for range 1 + rng.IntN(30) {
+			res := []int32{int32(rng.IntN(nr))}
+			if r := int32(rng.IntN(nr)); r != res[0] && rng.IntN(2) == 0 {
+				res = append(res, r)
+			}
+			coef := []int64{coefOf(float64(1 + rng.IntN(2))), coefOf(1)}[:len(res)]
+			f.add(res, coef, 0)
+		}
+		f.solve()
+		// Move some flows' rates (a refill's new rates, marked), and
+		// give holdsRates the same as bucket totals less the old rates
+		// plus the new.
+		e := f.stamp()
+		for id := range f.flows {
+			f.sc[id].rate = f.flows[id].rate
+			if rng.IntN(3) == 0 {
+				f.sc[id].mark = e
+				f.sc[id].rate = max(1, f.flows[id].rate+int64(rng.IntN(5))-2)
+				if rng.IntN(4) == 0 {
+					f.sc[id].rate = f.flows[id].rate / 2
+				}
+			}
+		}
+		for r := range int32(nr) {
+			var xs []rateCoef
+			for _, b := range f.bkt[r] {
+				xs = append(xs, rateCoef{b.rate, b.w})
+			}
+			nb := len(xs)
+			for p, id := range f.users[r] {
+				if f.sc[id].mark == e {
+					for j := range nb {
+						if xs[j].rate == f.flows[id].rate {
+							xs[j].coef -= f.ucoef[r][p]
+							break
+						}
+					}
+					xs = append(xs, rateCoef{f.sc[id].rate, f.ucoef[r][p]})
+				}
+			}
+			saved := f.level[r]
+			for _, l := range []int64{saved, saved - 1, saved + 1, saved / 2, noLevel} {
+				if l < 0 {
+					continue
+				}
+				f.level[r] = l
+				want := f.holds(r, e)
+				if got := f.holdsRates(r, slices.Clone(xs)); got != want {
+					t.Fatalf("case %d resource %d level %d: holdsRates %v, holds %v", i, r, l, got, want)
+				}
+				if want {
+					held++
+				}
+				if _, sure := f.holdsFast(r, e); !sure {
+					swept++
+				}
+			}
+			f.level[r] = saved
+		}
+	}
+	if held == 0 || swept == 0 {
+		t.Errorf("%d checks held, %d needed the sweep", held, swept)
+	}
+}
