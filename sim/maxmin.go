@@ -58,11 +58,17 @@ type fluid struct {
 	// resource's solved flows by rate (a flow's rate is its group's
 	// level, and many groups share a level), each resource's group
 	// members, and the flows added since the last solve.
-	bkt   [][]rbucket      // per resource: its solved flows, by rate
-	bpos  [][maxPath]int32 // per flow slot, per path slot: its index in its bucket
-	gmem  [][]int32        // per resource: the flows whose group it is
-	gpos  []int32          // per flow slot: its index in gmem[group]
-	fresh []int32          // flows added since the last solve (removed or repeated slots included)
+	bkt [][]rbucket // per resource: its solved flows, by rate (if bucketed)
+	// bucketed: per resource, whether it keeps buckets. One with few
+	// users keeps none (they would cost more than they save): a refill
+	// takes its users one by one. It starts keeping them at bktOn users
+	// and stops at bktOff (the tests vary both).
+	bucketed      []bool
+	bktOn, bktOff int
+	bpos          [][maxPath]int32 // per flow slot, per path slot: its index in its bucket
+	gmem          [][]int32        // per resource: the flows whose group it is
+	gpos          []int32          // per flow slot: its index in gmem[group]
+	fresh         []int32          // flows added since the last solve (removed or repeated slots included)
 
 	// What the last solve changed: the groups whose level moved and the
 	// flows whose group did (a new flow from group -1).
@@ -134,6 +140,7 @@ type flowState struct {
 	group int32 // its group; -1 before its first solve
 	capG  int32 // its cap's group, or -1
 	n     int8
+	bkt   uint8 // its path slots on resources that keep buckets, a bit each
 }
 
 // flowScratch is a flow's state in one solve, kept together: a refill
@@ -161,6 +168,13 @@ type rateCoef struct{ rate, coef int64 }
 // flows), the component costs little more.
 const defaultFullFrac = 0.5
 
+// defaultBktOn and defaultBktOff are the users at which a resource starts
+// and stops keeping buckets.
+const (
+	defaultBktOn  = 16
+	defaultBktOff = 8
+)
+
 // maxPath is the most resources one flow holds at once: egress and ingress
 // ports, two fabric links and a GPU's NCCL channels at each end.
 const maxPath = 6
@@ -185,6 +199,9 @@ func newFluid(capacity []u128) *fluid {
 		nlevel:   make([]int64, n),
 		stale:    make([]bool, n),
 		bkt:      make([][]rbucket, n),
+		bucketed: make([]bool, n),
+		bktOn:    defaultBktOn,
+		bktOff:   defaultBktOff,
 		gmem:     make([][]int32, n),
 		xl:       make([][]int32, n),
 		dl:       make([][]rateDelta, n),
@@ -239,17 +256,50 @@ func (f *fluid) add(res []int32, coef []int64, limit int64) int32 {
 		f.userPos[r] = append(f.userPos[r], int32(k))
 		f.ucoef[r] = append(f.ucoef[r], coef[k])
 		f.dirty = append(f.dirty, r)
+		if f.bucketed[r] {
+			fl.bkt |= 1 << k
+		} else if len(f.users[r]) >= f.bktOn {
+			f.bucketOn(r)
+		}
 	}
 	return id
+}
+
+// bucketOn makes resource r keep buckets: its solved users in them.
+func (f *fluid) bucketOn(r int32) {
+	f.bucketed[r] = true
+	for i, id := range f.users[r] {
+		fl := &f.flows[id]
+		k := f.userPos[r][i]
+		fl.bkt |= 1 << k
+		if fl.group < 0 {
+			continue
+		}
+		f.bucketAdd(r, fl.rate, k, id)
+		if fl.group == r && slices.Index(fl.res[:fl.n], r) == int(k) {
+			f.gmemAdd(id, r) // once, at its first slot on r
+		}
+	}
+}
+
+// bucketOff makes resource r keep no buckets.
+func (f *fluid) bucketOff(r int32) {
+	f.bucketed[r] = false
+	f.bkt[r], f.gmem[r] = f.bkt[r][:0], f.gmem[r][:0]
+	for i, id := range f.users[r] {
+		f.flows[id].bkt &^= 1 << f.userPos[r][i]
+	}
 }
 
 // remove ends a flow.
 func (f *fluid) remove(id int32) {
 	fl := &f.flows[id]
 	f.nactive--
-	if fl.group >= 0 {
+	if fl.group >= 0 && fl.bkt != 0 {
 		for k := range int(fl.n) {
-			f.bucketRemove(fl.res[k], fl.rate, int32(k), id)
+			if fl.bkt&(1<<k) != 0 {
+				f.bucketRemove(fl.res[k], fl.rate, int32(k), id)
+			}
 		}
 		f.gmemRemove(id, fl.group)
 	}
@@ -265,6 +315,9 @@ func (f *fluid) remove(id int32) {
 			f.pos[moved][ps[p]] = p
 		}
 		f.users[r], f.userPos[r], f.ucoef[r] = us[:last], ps[:last], cs[:last]
+		if fl.bkt&(1<<k) != 0 && len(f.users[r]) <= f.bktOff {
+			f.bucketOff(r)
+		}
 		// A resource that does not saturate keeps not saturating when
 		// a flow leaves it, and bottlenecks no flow: only a change of
 		// its other flows' rates can move it, and those are checked.
@@ -330,16 +383,17 @@ func (f *fluid) bucketRemove(r int32, rate int64, k, id int32) {
 	}
 }
 
-// gmemAdd and gmemRemove keep a resource group's members.
+// gmemAdd and gmemRemove keep the members of a resource group that keeps
+// buckets (a refill reads them only there).
 func (f *fluid) gmemAdd(id, g int32) {
-	if int(g) < f.nres {
+	if int(g) < f.nres && f.bucketed[g] {
 		f.gpos[id] = int32(len(f.gmem[g]))
 		f.gmem[g] = append(f.gmem[g], id)
 	}
 }
 
 func (f *fluid) gmemRemove(id, g int32) {
-	if int(g) < f.nres {
+	if int(g) < f.nres && f.bucketed[g] {
 		ms := f.gmem[g]
 		p, last := f.gpos[id], int32(len(ms)-1)
 		if p != last {
@@ -376,8 +430,22 @@ func (f *fluid) solve() {
 		f.addRes(r, e)
 	}
 	f.dirty = f.dirty[:0]
+	// Flows carry marks of epoch e once a fill has run; inX: the
+	// resources of A whose users are all in X (fillUsers' S, which grows
+	// from round to round), or -1.
+	used, inX := false, -1
+	fresh := func() { // a new epoch for the next fill
+		if used {
+			e = f.stamp()
+			for _, r := range f.A {
+				f.resMark[r] = e
+			}
+			used, inX = false, -1
+		}
+	}
 	for {
 		if float64(f.nS) > 2*f.fullFrac*float64(f.nactive) {
+			fresh()
 			f.fillComponent(e)
 			f.full++
 			break
@@ -385,15 +453,21 @@ func (f *fluid) solve() {
 		f.rounds++
 		f.sumS += f.nS
 		f.sumA += len(f.A)
-		f.fillAgg(e)
+		if f.anyBucketed() {
+			fresh()
+			f.fillAgg(e)
+			used = true
+		} else {
+			if inX < 0 {
+				fresh()
+				f.X, inX = f.X[:0], 0
+			}
+			inX = f.fillUsers(e, inX)
+			used = true
+		}
 		if f.verifyHeld(e) {
 			f.local++
 			break
-		}
-		// A grew: the next round marks its flows afresh.
-		e = f.stamp()
-		for _, r := range f.A {
-			f.resMark[r] = e
 		}
 	}
 	f.commit()
@@ -408,6 +482,35 @@ func (f *fluid) addRes(r int32, e uint32) {
 	f.resMark[r] = e
 	f.A = append(f.A, r)
 	f.nS += len(f.users[r])
+}
+
+// anyBucketed reports whether a resource of A keeps buckets.
+func (f *fluid) anyBucketed() bool {
+	for _, r := range f.A {
+		if f.bucketed[r] {
+			return true
+		}
+	}
+	return false
+}
+
+// fillUsers fills A with every flow on it one by one, as fill does: where
+// no resource of A keeps buckets, fillAgg would take them all one by one
+// too, at more cost. The users of A[:from] are in X already; it returns
+// len(A).
+func (f *fluid) fillUsers(e uint32, from int) int {
+	S := f.X
+	for _, r := range f.A[from:] {
+		for _, id := range f.users[r] {
+			if f.sc[id].mark != e {
+				f.sc[id].mark = e
+				S = append(S, id)
+			}
+		}
+	}
+	f.X = S
+	f.fill(e)
+	return len(f.A)
 }
 
 // fillComponent makes A the connected component of A (through shared
@@ -551,8 +654,14 @@ func (f *fluid) fillAgg(e uint32) {
 		f.xl[r] = f.xl[r][:0]
 	}
 	X := f.X[:0]
-	for _, g := range f.A {
-		for _, id := range f.gmem[g] {
+	for _, r := range f.A {
+		// A resource without buckets: all its users; with them, the
+		// flows it bottlenecks.
+		us := f.users[r]
+		if f.bucketed[r] {
+			us = f.gmem[r]
+		}
+		for _, id := range us {
 			if f.sc[id].mark != e {
 				f.sc[id].mark = e
 				X = append(X, id)
@@ -597,6 +706,9 @@ func (f *fluid) fillAgg(e uint32) {
 			r := fl.res[k]
 			if f.resMark[r] != e {
 				b = min(b, f.level[r])
+				continue
+			}
+			if !f.bucketed[r] {
 				continue
 			}
 			f.xl[r] = append(f.xl[r], id)
@@ -667,7 +779,11 @@ func (f *fluid) fillAgg(e uint32) {
 			if f.nlevel[r] != level || f.cand[r] != level {
 				continue
 			}
-			for _, id := range f.xl[r] {
+			us := f.users[r] // all in X
+			if f.bucketed[r] {
+				us = f.xl[r]
+			}
+			for _, id := range us {
 				if !f.sc[id].frozen {
 					f.freeze(id, level, e)
 				}
@@ -833,10 +949,6 @@ func (f *fluid) verifyHeld(e uint32) bool {
 		if f.sc[id].rate == fl.rate && fl.group >= 0 {
 			continue
 		}
-		old := fl.rate
-		if fl.group < 0 {
-			old = -1 // in no bucket yet
-		}
 		for k := range int(fl.n) {
 			r := fl.res[k]
 			if f.resMark[r] == e {
@@ -845,14 +957,22 @@ func (f *fluid) verifyHeld(e uint32) bool {
 			if f.chkMark[r] != c {
 				f.chkMark[r] = c
 				f.check = append(f.check, r)
-				f.dl[r] = f.dl[r][:0]
+				if f.bucketed[r] {
+					f.dl[r] = f.dl[r][:0]
+				}
 			}
-			f.dl[r] = append(f.dl[r], rateDelta{old, f.sc[id].rate, fl.coef[k]})
+			if fl.bkt&(1<<k) != 0 {
+				old := fl.rate
+				if fl.group < 0 {
+					old = -1 // in no bucket yet
+				}
+				f.dl[r] = append(f.dl[r], rateDelta{old, f.sc[id].rate, fl.coef[k]})
+			}
 		}
 	}
 	ok := true
 	for _, r := range f.check {
-		if !f.holdsAgg(r) {
+		if f.bucketed[r] && !f.holdsAgg(r) || !f.bucketed[r] && !f.holds(r, e) {
 			ok = false
 			f.addRes(r, e)
 		}
@@ -1089,14 +1209,16 @@ func (f *fluid) commit() {
 	for _, id := range f.X {
 		fl := &f.flows[id]
 		nr := f.sc[id].rate
-		if fl.group < 0 {
+		if fl.bkt != 0 && (fl.group < 0 || nr != fl.rate) {
 			for k := range int32(fl.n) {
-				f.bucketAdd(fl.res[k], nr, k, id)
-			}
-		} else if nr != fl.rate {
-			for k := range int32(fl.n) {
-				f.bucketRemove(fl.res[k], fl.rate, k, id)
-				f.bucketAdd(fl.res[k], nr, k, id)
+				r := fl.res[k]
+				if fl.bkt&(1<<k) == 0 {
+					continue
+				}
+				if fl.group >= 0 {
+					f.bucketRemove(r, fl.rate, k, id)
+				}
+				f.bucketAdd(r, nr, k, id)
 			}
 		}
 		fl.rate = nr

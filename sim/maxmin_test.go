@@ -268,11 +268,21 @@ func TestSortBounds(t *testing.T) {
 }
 
 // checkAggregates checks what a local refill reads against the flows:
-// each resource's buckets hold exactly its solved users, each at its rate,
-// with their coefficients summed, no bucket empty and no rate twice; each
-// resource group's members are exactly the flows in that group.
+// each resource that keeps buckets holds in them exactly its solved users,
+// each at its rate, with their coefficients summed, no bucket empty and no
+// rate twice, and its group's members exactly the flows in that group
+// (the others keep neither).
 func checkAggregates(f *fluid) error {
 	for r := range int32(f.nres) {
+		if n := len(f.users[r]); f.bucketed[r] && n <= f.bktOff || !f.bucketed[r] && (n > 0 && n >= f.bktOn || len(f.bkt[r]) > 0) {
+			return fmt.Errorf("resource %d with %d users: buckets %v (%d)", r, n, f.bucketed[r], len(f.bkt[r]))
+		}
+		if !f.bucketed[r] {
+			if len(f.gmem[r]) > 0 {
+				return fmt.Errorf("resource %d keeps members without buckets", r)
+			}
+			continue
+		}
 		want := map[int64]int64{} // rate -> coefficients
 		n := 0
 		for i, id := range f.users[r] {
@@ -323,7 +333,8 @@ func checkAggregates(f *fluid) error {
 }
 
 // The aggregates stay exact as flows come and go (random flows, shared
-// levels, caps, paths that repeat a resource), and the solver keeps
+// levels, caps, paths that repeat a resource; resources that keep buckets
+// always, from a few users on, or by default), and the solver keeps
 // matching the full fill with them.
 func TestFluidAggregates(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 23))
@@ -339,6 +350,8 @@ func TestFluidAggregates(t *testing.T) {
 		capacity := randomCapacities(rng, nr)
 		cur := newFluid(capacity)
 		cur.fullFrac = []float64{defaultFullFrac, 0.1, 2}[i%3]
+		th := [][2]int{{0, -1}, {4, 2}, {defaultBktOn, defaultBktOff}}[i/3%3]
+		cur.bktOn, cur.bktOff = th[0], th[1]
 		orc := newFullFill(capacity).(*fullFill)
 		type pair struct{ cur, orc int32 }
 		var live []pair
@@ -390,6 +403,7 @@ func TestHoldsRates(t *testing.T) {
 	for i := range 300 {
 		nr := 1 + rng.IntN(4)
 		f := newFluid(randomCapacities(rng, nr))
+		f.bktOn, f.bktOff = 0, -1 // every resource keeps buckets
 		for range 1 + rng.IntN(30) {
 			res := []int32{int32(rng.IntN(nr))}
 			if r := int32(rng.IntN(nr)); r != res[0] && rng.IntN(2) == 0 {
@@ -452,5 +466,37 @@ func TestHoldsRates(t *testing.T) {
 	}
 	if held == 0 || swept == 0 {
 		t.Errorf("%d checks held, %d needed the sweep", held, swept)
+	}
+}
+
+// On random DAGs the solver equals the full fill bit for bit with every
+// resource keeping buckets and with resources keeping them from a few
+// users on (the default thresholds leave small schedules without).
+func TestSolverBucketsMatchFullFill(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 32))
+	cases := 100
+	if testing.Short() {
+		cases = 20
+	}
+	for i := range cases {
+		s, tp, opt := randomDAG(rng)
+		opt.Timeline = true
+		want, errW := run(s, tp, opt, engineWith(newFullFill))
+		for _, th := range [][2]int{{0, -1}, {3, 1}} {
+			got, errG := run(s, tp, opt, engineWith(func(c []u128) solver {
+				f := newFluid(c)
+				f.bktOn, f.bktOff = th[0], th[1]
+				return f
+			}))
+			if (errW == nil) != (errG == nil) {
+				t.Fatalf("case %d, buckets from %d users: error %v, oracle's %v", i, th[0], errG, errW)
+			}
+			if errW != nil {
+				break
+			}
+			if err := sameResult(got, want); err != nil {
+				t.Fatalf("case %d, buckets from %d users: %v", i, th[0], err)
+			}
+		}
 	}
 }
