@@ -22,8 +22,13 @@ import "slices"
 // resources outside A (held), then checks every held resource that a flow
 // whose rate changed crosses: its level must be what its own flows' rates
 // give (verify). A held resource that fails joins A and the refill runs
-// again; when A's flows pass half the active flows the solve fills the
-// whole connected component. The result equals a fill of every flow from
+// again; when A's users, counted once per resource of A they cross, pass
+// the active flows (about half of them, a flow crossing two) the solve
+// fills the whole connected component. A refill reads aggregates (fillAgg):
+// it handles one by one only the flows whose group is in A and the new
+// ones; every other flow on A runs at its group's level, held, and enters
+// as part of its resource's bucket of flows at that rate. The result
+// equals a fill of every flow from
 // scratch bit for bit: progressive filling visits levels in order, and a
 // held resource whose candidate at every level below its own is higher
 // and at its own equal to it saturates there in the full fill too
@@ -49,25 +54,44 @@ type fluid struct {
 
 	dirty []int32 // resources whose flow set changed since the last solve
 
+	// The aggregates a local refill reads instead of every flow: each
+	// resource's solved flows by rate (a flow's rate is its group's
+	// level, and many groups share a level), each resource's group
+	// members, and the flows added since the last solve.
+	bkt [][]rbucket // per resource: its solved flows, by rate (if bucketed)
+	// bucketed: per resource, whether it keeps buckets. One with few
+	// users keeps none (they would cost more than they save): a refill
+	// takes its users one by one. It starts keeping them at bktOn users
+	// and stops at bktOff (the tests vary both).
+	bucketed      []bool
+	bktOn, bktOff int
+	bpos          [][maxPath]int32 // per flow slot, per path slot: its index in its bucket
+	gmem          [][]int32        // per resource: the flows whose group it is
+	gpos          []int32          // per flow slot: its index in gmem[group]
+	fresh         []int32          // flows added since the last solve (removed or repeated slots included)
+
 	// What the last solve changed: the groups whose level moved and the
 	// flows whose group did (a new flow from group -1).
 	levelCh []levelChange
 	moves   []move
 
-	// fullFrac: a solve whose flows pass this fraction of the active
-	// flows fills the whole component (0: always; the tests vary it).
+	// fullFrac: a solve whose flows pass about this fraction of the
+	// active flows (A's users summed past twice it) fills the whole
+	// component (0: always; the tests vary it).
 	fullFrac float64
 	// local and full count the solves of each kind, rounds the refills of
 	// local solves, for tests and tuning.
 	local, full, rounds int
 	sumS, sumA          int
+	nS                  int // the users of A, summed: a refill's size
 
 	// scratch, stamped per solve
 	epoch   uint32
 	resMark []uint32 // per resource: in A at this epoch
 	chkMark []uint32 // per resource: queued for verification in round chk
 	chk     uint32
-	A, S    []int32
+	A       []int32
+	X       []int32 // the flows the last fill touched: marked, their new rates in sc
 	check   []int32
 	// the refill's state, per resource of A and per flow of S
 	load   []u128        // per resource: load of the frozen flows
@@ -78,7 +102,34 @@ type fluid struct {
 	sc     []flowScratch // per flow slot
 	bounds []bounded     // flows of S with a finite bound, sorted by it
 	stale  []bool        // per resource: its candidate needs recomputing
+	dl     [][]rateDelta // per held resource checked: the rates changed on it
 	sorted []rateCoef
+	xl     [][]int32  // per resource of A: the explicit flows on it
+	ents   []aggEntry // per resource of A, its buckets less its explicit flows
+	entLo  []int32    // per resource of A: its entries, ents[entLo:entHi]
+	entHi  []int32
+}
+
+// rbucket is a resource's solved flows at one rate: their coefficients
+// there summed, and the flows (with the path slot that holds the
+// resource).
+type rbucket struct {
+	rate int64
+	w    int64
+	ids  []member
+}
+
+type member struct{ id, k int32 }
+
+// aggEntry is a bucket of a resource of A in a local refill, less the
+// flows the refill handles one by one: w and c are what is left unfrozen
+// of it, all bounded at rate.
+type aggEntry struct {
+	r    int32
+	b    int32 // the bucket's index in bkt[r]
+	c    int32
+	rate int64
+	w    int64
 }
 
 // flowState is what the solves read of a flow.
@@ -89,6 +140,7 @@ type flowState struct {
 	group int32 // its group; -1 before its first solve
 	capG  int32 // its cap's group, or -1
 	n     int8
+	bkt   uint8 // its path slots on resources that keep buckets, a bit each
 }
 
 // flowScratch is a flow's state in one solve, kept together: a refill
@@ -112,8 +164,16 @@ type move struct{ id, old, new int32 }
 type rateCoef struct{ rate, coef int64 }
 
 // defaultFullFrac is where a local solve gives way to a full one: past
-// half the active flows, the component costs little more.
+// half the active flows (A's users summed past fullFrac x 2 x the active
+// flows), the component costs little more.
 const defaultFullFrac = 0.5
+
+// defaultBktOn and defaultBktOff are the users at which a resource starts
+// and stops keeping buckets.
+const (
+	defaultBktOn  = 16
+	defaultBktOff = 8
+)
 
 // maxPath is the most resources one flow holds at once: egress and ingress
 // ports, two fabric links and a GPU's NCCL channels at each end.
@@ -138,6 +198,15 @@ func newFluid(capacity []u128) *fluid {
 		cand:     make([]int64, n),
 		nlevel:   make([]int64, n),
 		stale:    make([]bool, n),
+		bkt:      make([][]rbucket, n),
+		bucketed: make([]bool, n),
+		bktOn:    defaultBktOn,
+		bktOff:   defaultBktOff,
+		gmem:     make([][]int32, n),
+		xl:       make([][]int32, n),
+		dl:       make([][]rateDelta, n),
+		entLo:    make([]int32, n),
+		entHi:    make([]int32, n),
 		fullFrac: defaultFullFrac,
 	}
 	for r := range f.level {
@@ -162,7 +231,10 @@ func (f *fluid) add(res []int32, coef []int64, limit int64) int32 {
 		f.flows = append(f.flows, flowState{})
 		f.pos = append(f.pos, [maxPath]int32{})
 		f.sc = append(f.sc, flowScratch{})
+		f.bpos = append(f.bpos, [maxPath]int32{})
+		f.gpos = append(f.gpos, 0)
 	}
+	f.fresh = append(f.fresh, id)
 	f.nactive++
 	fl := &f.flows[id]
 	*fl = flowState{n: int8(len(res)), group: -1, capG: -1}
@@ -184,14 +256,53 @@ func (f *fluid) add(res []int32, coef []int64, limit int64) int32 {
 		f.userPos[r] = append(f.userPos[r], int32(k))
 		f.ucoef[r] = append(f.ucoef[r], coef[k])
 		f.dirty = append(f.dirty, r)
+		if f.bucketed[r] {
+			fl.bkt |= 1 << k
+		} else if len(f.users[r]) >= f.bktOn {
+			f.bucketOn(r)
+		}
 	}
 	return id
+}
+
+// bucketOn makes resource r keep buckets: its solved users in them.
+func (f *fluid) bucketOn(r int32) {
+	f.bucketed[r] = true
+	for i, id := range f.users[r] {
+		fl := &f.flows[id]
+		k := f.userPos[r][i]
+		fl.bkt |= 1 << k
+		if fl.group < 0 {
+			continue
+		}
+		f.bucketAdd(r, fl.rate, k, id)
+		if fl.group == r && slices.Index(fl.res[:fl.n], r) == int(k) {
+			f.gmemAdd(id, r) // once, at its first slot on r
+		}
+	}
+}
+
+// bucketOff makes resource r keep no buckets.
+func (f *fluid) bucketOff(r int32) {
+	f.bucketed[r] = false
+	f.bkt[r], f.gmem[r] = f.bkt[r][:0], f.gmem[r][:0]
+	for i, id := range f.users[r] {
+		f.flows[id].bkt &^= 1 << f.userPos[r][i]
+	}
 }
 
 // remove ends a flow.
 func (f *fluid) remove(id int32) {
 	fl := &f.flows[id]
 	f.nactive--
+	if fl.group >= 0 && fl.bkt != 0 {
+		for k := range int(fl.n) {
+			if fl.bkt&(1<<k) != 0 {
+				f.bucketRemove(fl.res[k], fl.rate, int32(k), id)
+			}
+		}
+		f.gmemRemove(id, fl.group)
+	}
 	for k := range int(fl.n) {
 		r := fl.res[k]
 		f.wsum[r] -= fl.coef[k]
@@ -204,6 +315,9 @@ func (f *fluid) remove(id int32) {
 			f.pos[moved][ps[p]] = p
 		}
 		f.users[r], f.userPos[r], f.ucoef[r] = us[:last], ps[:last], cs[:last]
+		if fl.bkt&(1<<k) != 0 && len(f.users[r]) <= f.bktOff {
+			f.bucketOff(r)
+		}
 		// A resource that does not saturate keeps not saturating when
 		// a flow leaves it, and bottlenecks no flow: only a change of
 		// its other flows' rates can move it, and those are checked.
@@ -211,7 +325,83 @@ func (f *fluid) remove(id int32) {
 			f.dirty = append(f.dirty, r)
 		}
 	}
+	fl.group = -2 // gone: a stale entry of fresh skips it
 	f.free = append(f.free, id)
+}
+
+// bucket is the index of resource r's bucket at rate, or -1.
+func (f *fluid) bucket(r int32, rate int64) int {
+	bs := f.bkt[r]
+	for i := range bs {
+		if bs[i].rate == rate {
+			return i
+		}
+	}
+	return -1
+}
+
+// bucketAdd puts path slot k of flow id, on resource r, in r's bucket at
+// rate.
+func (f *fluid) bucketAdd(r int32, rate int64, k, id int32) {
+	i := f.bucket(r, rate)
+	if i < 0 {
+		bs := f.bkt[r]
+		if n := len(bs); n < cap(bs) {
+			bs = bs[:n+1]
+			bs[n].rate, bs[n].w, bs[n].ids = rate, 0, bs[n].ids[:0]
+		} else {
+			bs = append(bs, rbucket{rate: rate})
+		}
+		f.bkt[r] = bs
+		i = len(bs) - 1
+	}
+	b := &f.bkt[r][i]
+	f.bpos[id][k] = int32(len(b.ids))
+	b.ids = append(b.ids, member{id, k})
+	b.w += f.flows[id].coef[k]
+}
+
+// bucketRemove takes path slot k of flow id out of resource r's bucket at
+// rate.
+func (f *fluid) bucketRemove(r int32, rate int64, k, id int32) {
+	bs := f.bkt[r]
+	i := f.bucket(r, rate)
+	b := &bs[i]
+	p := f.bpos[id][k]
+	last := int32(len(b.ids) - 1)
+	if p != last {
+		m := b.ids[last]
+		b.ids[p] = m
+		f.bpos[m.id][m.k] = p
+	}
+	b.ids = b.ids[:last]
+	b.w -= f.flows[id].coef[k]
+	if last == 0 { // empty: the last bucket takes its place, its ids kept for reuse
+		n := len(bs) - 1
+		bs[i], bs[n] = bs[n], bs[i]
+		f.bkt[r] = bs[:n]
+	}
+}
+
+// gmemAdd and gmemRemove keep the members of a resource group that keeps
+// buckets (a refill reads them only there).
+func (f *fluid) gmemAdd(id, g int32) {
+	if int(g) < f.nres && f.bucketed[g] {
+		f.gpos[id] = int32(len(f.gmem[g]))
+		f.gmem[g] = append(f.gmem[g], id)
+	}
+}
+
+func (f *fluid) gmemRemove(id, g int32) {
+	if int(g) < f.nres && f.bucketed[g] {
+		ms := f.gmem[g]
+		p, last := f.gpos[id], int32(len(ms)-1)
+		if p != last {
+			ms[p] = ms[last]
+			f.gpos[ms[p]] = p
+		}
+		f.gmem[g] = ms[:last]
+	}
 }
 
 // stamp starts a new marking epoch.
@@ -235,59 +425,119 @@ func (f *fluid) solve() {
 		return
 	}
 	e := f.stamp()
-	f.A, f.S = f.A[:0], f.S[:0]
+	f.A, f.nS = f.A[:0], 0
 	for _, r := range f.dirty {
 		f.addRes(r, e)
 	}
 	f.dirty = f.dirty[:0]
+	// Flows carry marks of epoch e once a fill has run; inX: the
+	// resources of A whose users are all in X (fillUsers' S, which grows
+	// from round to round), or -1.
+	used, inX := false, -1
+	fresh := func() { // a new epoch for the next fill
+		if used {
+			e = f.stamp()
+			for _, r := range f.A {
+				f.resMark[r] = e
+			}
+			used, inX = false, -1
+		}
+	}
 	for {
-		if float64(len(f.S)) > f.fullFrac*float64(f.nactive) {
+		if float64(f.nS) > 2*f.fullFrac*float64(f.nactive) {
+			fresh()
 			f.fillComponent(e)
 			f.full++
 			break
 		}
 		f.rounds++
-		f.sumS += len(f.S)
+		f.sumS += f.nS
 		f.sumA += len(f.A)
-		f.fill(e)
+		if f.anyBucketed() {
+			fresh()
+			f.fillAgg(e)
+			used = true
+		} else {
+			if inX < 0 {
+				fresh()
+				f.X, inX = f.X[:0], 0
+			}
+			inX = f.fillUsers(e, inX)
+			used = true
+		}
 		if f.verifyHeld(e) {
 			f.local++
 			break
 		}
 	}
 	f.commit()
+	f.fresh = f.fresh[:0]
 }
 
-// addRes puts a resource and its flows in A and S.
+// addRes puts a resource in A.
 func (f *fluid) addRes(r int32, e uint32) {
 	if f.resMark[r] == e {
 		return
 	}
 	f.resMark[r] = e
 	f.A = append(f.A, r)
-	for _, id := range f.users[r] {
-		if f.sc[id].mark != e {
-			f.sc[id].mark = e
-			f.S = append(f.S, id)
+	f.nS += len(f.users[r])
+}
+
+// anyBucketed reports whether a resource of A keeps buckets.
+func (f *fluid) anyBucketed() bool {
+	for _, r := range f.A {
+		if f.bucketed[r] {
+			return true
 		}
 	}
+	return false
+}
+
+// fillUsers fills A with every flow on it one by one, as fill does: where
+// no resource of A keeps buckets, fillAgg would take them all one by one
+// too, at more cost. The users of A[:from] are in X already; it returns
+// len(A).
+func (f *fluid) fillUsers(e uint32, from int) int {
+	S := f.X
+	for _, r := range f.A[from:] {
+		for _, id := range f.users[r] {
+			if f.sc[id].mark != e {
+				f.sc[id].mark = e
+				S = append(S, id)
+			}
+		}
+	}
+	f.X = S
+	f.fill(e)
+	return len(f.A)
 }
 
 // fillComponent makes A the connected component of A (through shared
-// flows) and fills it.
+// flows) and fills it, every flow of it one by one.
 func (f *fluid) fillComponent(e uint32) {
-	for i := 0; i < len(f.S); i++ {
-		fl := &f.flows[f.S[i]]
-		for k := range int(fl.n) {
-			f.addRes(fl.res[k], e)
+	S := f.X[:0]
+	for i := 0; i < len(f.A); i++ {
+		for _, id := range f.users[f.A[i]] {
+			if f.sc[id].mark == e {
+				continue
+			}
+			f.sc[id].mark = e
+			S = append(S, id)
+			fl := &f.flows[id]
+			for k := range int(fl.n) {
+				f.addRes(fl.res[k], e)
+			}
 		}
 	}
+	f.X = S
 	f.fill(e)
 }
 
-// fill runs progressive filling over the flows S on the resources A, each
-// flow bounded by its cap and the levels of its resources outside A. It
-// sets nlevel for A's resources and the new rates of S's flows.
+// fill runs progressive filling over the flows X on the resources A (X:
+// every flow on A), each flow bounded by its cap and the levels of its
+// resources outside A. It sets nlevel for A's resources and the new rates
+// of X's flows.
 func (f *fluid) fill(e uint32) {
 	for _, r := range f.A {
 		f.load[r] = u128{}
@@ -298,7 +548,7 @@ func (f *fluid) fill(e uint32) {
 		f.stale[r] = false
 	}
 	bh := f.bounds[:0]
-	for _, id := range f.S {
+	for _, id := range f.X {
 		fl := &f.flows[id]
 		b := int64(noLevel)
 		if fl.capG >= 0 {
@@ -319,7 +569,7 @@ func (f *fluid) fill(e uint32) {
 	// O(1) where a heap paid a sift-down.
 	sortBounds(bh)
 	bi := 0
-	unfrozen := len(f.S)
+	unfrozen := len(f.X)
 	act := append(f.check[:0], f.A...) // resources with unfrozen flows
 	for unfrozen > 0 {
 		level := int64(noLevel)
@@ -344,7 +594,7 @@ func (f *fluid) fill(e uint32) {
 		if level == noLevel {
 			// Every unfrozen flow's resources have room beyond any
 			// level the units hold; the engine's ranges rule it out.
-			for _, id := range f.S {
+			for _, id := range f.X {
 				if !f.sc[id].frozen {
 					f.sc[id].frozen, f.sc[id].rate = true, noLevel-1
 				}
@@ -381,6 +631,227 @@ func (f *fluid) fill(e uint32) {
 	}
 	f.bounds = bh[:0]
 	f.check = act[:0]
+}
+
+// fillAgg is fill for a local refill, reading aggregates where fill reads
+// every flow on A. The flows it handles one by one (explicit) are those
+// whose group is in A and the new ones; every other flow on A is bounded
+// by its group's level, which is its rate, so each resource's other flows
+// enter as its buckets (less the explicit flows in them), one bound each:
+// frozen at that rate, their coefficients summed, exactly the load and
+// weight fill's flows give one at a time. A bucket's flows are expanded
+// one by one only when a resource of theirs saturates at or below their
+// rate (their rate or group changes there). It leaves in X every flow it
+// touched, each marked with its new rate; the others keep theirs.
+func (f *fluid) fillAgg(e uint32) {
+	for _, r := range f.A {
+		f.load[r] = u128{}
+		f.wt[r] = f.wsum[r]
+		f.count[r] = int32(len(f.users[r]))
+		f.nlevel[r] = noLevel
+		f.cand[r] = f.candidate(r)
+		f.stale[r] = false
+		f.xl[r] = f.xl[r][:0]
+	}
+	X := f.X[:0]
+	for _, r := range f.A {
+		// A resource without buckets: all its users; with them, the
+		// flows it bottlenecks.
+		us := f.users[r]
+		if f.bucketed[r] {
+			us = f.gmem[r]
+		}
+		for _, id := range us {
+			if f.sc[id].mark != e {
+				f.sc[id].mark = e
+				X = append(X, id)
+			}
+		}
+	}
+	for _, id := range f.fresh {
+		if f.flows[id].group == -1 && f.sc[id].mark != e {
+			f.sc[id].mark = e
+			X = append(X, id)
+		}
+	}
+	ents := f.ents[:0]
+	for _, r := range f.A {
+		f.entLo[r] = int32(len(ents))
+		for bi := range f.bkt[r] {
+			b := &f.bkt[r][bi]
+			if b.rate >= noLevel-1 {
+				// Unbounded flows (outside the engine's ranges):
+				// explicit.
+				for _, m := range b.ids {
+					if f.sc[m.id].mark != e {
+						f.sc[m.id].mark = e
+						X = append(X, m.id)
+					}
+				}
+				continue
+			}
+			ents = append(ents, aggEntry{r: r, b: int32(bi), c: int32(len(b.ids)), rate: b.rate, w: b.w})
+		}
+		f.entHi[r] = int32(len(ents))
+	}
+	bh := f.bounds[:0]
+	for _, id := range X {
+		fl := &f.flows[id]
+		b := int64(noLevel)
+		if fl.capG >= 0 {
+			b = f.level[fl.capG]
+		}
+		inBucket := fl.group >= 0 && fl.rate < noLevel-1
+		for k := range int(fl.n) {
+			r := fl.res[k]
+			if f.resMark[r] != e {
+				b = min(b, f.level[r])
+				continue
+			}
+			if !f.bucketed[r] {
+				continue
+			}
+			f.xl[r] = append(f.xl[r], id)
+			if inBucket {
+				for j := f.entLo[r]; j < f.entHi[r]; j++ {
+					if ents[j].rate == fl.rate {
+						ents[j].w -= fl.coef[k]
+						ents[j].c--
+						break
+					}
+				}
+			}
+		}
+		f.sc[id].bound, f.sc[id].frozen, f.sc[id].rate = b, false, 0
+		if b != noLevel {
+			bh = append(bh, bounded{b, id})
+		}
+	}
+	for j := range ents {
+		if ents[j].c > 0 {
+			bh = append(bh, bounded{ents[j].rate, ^int32(j)})
+		}
+	}
+	sortBounds(bh)
+	bi := 0
+	act := append(f.check[:0], f.A...) // resources with unfrozen flows
+	for {
+		level := int64(noLevel)
+		keep := act[:0]
+		for _, r := range act {
+			if f.count[r] > 0 {
+				if f.stale[r] {
+					f.cand[r], f.stale[r] = f.candidate(r), false
+				}
+				keep = append(keep, r)
+				level = min(level, f.cand[r])
+			}
+		}
+		act = keep
+		if len(act) == 0 {
+			break
+		}
+		// The least bound still unfrozen.
+		for bi < len(bh) {
+			if id := bh[bi].id; id >= 0 && !f.sc[id].frozen || id < 0 && ents[^id].c > 0 {
+				break
+			}
+			bi++
+		}
+		if bi < len(bh) {
+			level = min(level, bh[bi].bound)
+		}
+		if level == noLevel {
+			// Only explicit flows are unbounded (fill's case).
+			for _, id := range X {
+				if !f.sc[id].frozen {
+					f.sc[id].frozen, f.sc[id].rate = true, noLevel-1
+				}
+			}
+			break
+		}
+		for _, r := range act {
+			if f.cand[r] == level {
+				f.nlevel[r] = level
+			}
+		}
+		for _, r := range act {
+			if f.nlevel[r] != level || f.cand[r] != level {
+				continue
+			}
+			us := f.users[r] // all in X
+			if f.bucketed[r] {
+				us = f.xl[r]
+			}
+			for _, id := range us {
+				if !f.sc[id].frozen {
+					f.freeze(id, level, e)
+				}
+			}
+			for j := f.entLo[r]; j < f.entHi[r]; j++ {
+				if ents[j].c > 0 {
+					X = f.expand(ents, j, level, e, X)
+				}
+			}
+		}
+		for ; bi < len(bh) && bh[bi].bound == level; bi++ {
+			if id := bh[bi].id; id >= 0 {
+				if !f.sc[id].frozen {
+					f.freeze(id, level, e)
+				}
+			} else if x := &ents[^id]; x.c > 0 {
+				r := x.r
+				f.load[r] = f.load[r].add(mul128(uint64(x.w), uint64(level)))
+				f.wt[r] -= x.w
+				f.count[r] -= x.c
+				f.stale[r] = true
+				x.c, x.w = 0, 0
+			}
+		}
+	}
+	f.X = X
+	f.ents = ents[:0]
+	f.bounds = bh[:0]
+	f.check = act[:0]
+}
+
+// expand freezes at level, one by one, the flows left unfrozen in entry j
+// (its resource saturates there), takes them out of their other resources'
+// entries, and adds them to X.
+func (f *fluid) expand(ents []aggEntry, j int32, level int64, e uint32, X []int32) []int32 {
+	x := &ents[j]
+	for _, m := range f.bkt[x.r][x.b].ids {
+		id := m.id
+		if f.sc[id].mark == e {
+			continue // explicit, or expanded already
+		}
+		f.sc[id].mark = e
+		X = append(X, id)
+		f.sc[id].frozen, f.sc[id].rate = true, level
+		fl := &f.flows[id]
+		for k := range int(fl.n) {
+			r := fl.res[k]
+			if f.resMark[r] != e {
+				continue
+			}
+			f.load[r] = f.load[r].add(mul128(uint64(fl.coef[k]), uint64(level)))
+			f.wt[r] -= fl.coef[k]
+			f.count[r]--
+			f.stale[r] = true
+			if r == x.r {
+				continue
+			}
+			for i := f.entLo[r]; i < f.entHi[r]; i++ {
+				if ents[i].rate == fl.rate {
+					ents[i].w -= fl.coef[k]
+					ents[i].c--
+					break
+				}
+			}
+		}
+	}
+	x.c, x.w = 0, 0
+	return X
 }
 
 // bounded is a flow of a refill with a finite bound.
@@ -463,7 +934,7 @@ func (f *fluid) freeze(id int32, level int64, e uint32) {
 	}
 }
 
-// verifyHeld checks the held resources that flows of S whose rate changed
+// verifyHeld checks the held resources that flows of X whose rate changed
 // cross, and puts those that fail in A; it reports whether all passed.
 func (f *fluid) verifyHeld(e uint32) bool {
 	f.check = f.check[:0]
@@ -473,26 +944,151 @@ func (f *fluid) verifyHeld(e uint32) bool {
 		f.chk = 1
 	}
 	c := f.chk
-	for _, id := range f.S {
+	for _, id := range f.X {
 		fl := &f.flows[id]
 		if f.sc[id].rate == fl.rate && fl.group >= 0 {
 			continue
 		}
 		for k := range int(fl.n) {
-			if r := fl.res[k]; f.resMark[r] != e && f.chkMark[r] != c {
+			r := fl.res[k]
+			if f.resMark[r] == e {
+				continue
+			}
+			if f.chkMark[r] != c {
 				f.chkMark[r] = c
 				f.check = append(f.check, r)
+				if f.bucketed[r] {
+					f.dl[r] = f.dl[r][:0]
+				}
+			}
+			if fl.bkt&(1<<k) != 0 {
+				old := fl.rate
+				if fl.group < 0 {
+					old = -1 // in no bucket yet
+				}
+				f.dl[r] = append(f.dl[r], rateDelta{old, f.sc[id].rate, fl.coef[k]})
 			}
 		}
 	}
 	ok := true
 	for _, r := range f.check {
-		if !f.holds(r, e) {
+		if f.bucketed[r] && !f.holdsAgg(r) || !f.bucketed[r] && !f.holds(r, e) {
 			ok = false
 			f.addRes(r, e)
 		}
 	}
 	return ok
+}
+
+// rateDelta is a flow whose rate a refill changed, on a held resource:
+// its coefficient there, its old rate (-1: new) and its new one.
+type rateDelta struct{ old, new, coef int64 }
+
+// holdsAgg is holds read from the resource's buckets and the rates the
+// refill changed on it (dl[r]) instead of from every flow on it.
+func (f *fluid) holdsAgg(r int32) bool {
+	xs := f.sorted[:0]
+	for i := range f.bkt[r] {
+		xs = append(xs, rateCoef{f.bkt[r][i].rate, f.bkt[r][i].w})
+	}
+	nb := len(xs)
+	for _, d := range f.dl[r] {
+		if d.old >= 0 {
+			for i := range nb {
+				if xs[i].rate == d.old {
+					xs[i].coef -= d.coef
+					break
+				}
+			}
+		}
+		xs = append(xs, rateCoef{d.new, d.coef})
+	}
+	f.sorted = xs
+	return f.holdsRates(r, xs)
+}
+
+// holdsRates is holds for a resource whose flows' rates and coefficients
+// are xs (a rate may repeat; a zero coefficient is no flow): holdsFast's
+// test, then, where it cannot decide, holdsSorted's sweep. It reorders xs.
+func (f *fluid) holdsRates(r int32, xs []rateCoef) bool {
+	lvl := f.level[r]
+	var below, at u128
+	var wBelow, wAt uint64
+	var top int64
+	for _, x := range xs {
+		c := uint64(x.coef)
+		switch {
+		case c == 0:
+		case x.rate < lvl:
+			below = below.add(mul128(c, uint64(x.rate)))
+			wBelow += c
+			top = max(top, x.rate)
+		case x.rate == lvl:
+			at = at.add(mul128(c, uint64(x.rate)))
+			wAt += c
+		default:
+			return false
+		}
+	}
+	capa := f.capacity[r]
+	if lvl == noLevel {
+		if need := below.add(u128{0, wBelow}); !capa.less(need) {
+			return true
+		}
+	} else {
+		if wAt == 0 || capa.less(below) || capa.sub(below).floorDiv(wAt) != lvl {
+			return false
+		}
+		room := capa.sub(below).sub(at)
+		slack := room.add(mul128(uint64(lvl-top-1), wAt))
+		if wBelow == 0 || !slack.less(u128{0, wBelow}) {
+			return true
+		}
+	}
+	n := 0
+	for _, x := range xs {
+		if x.coef != 0 {
+			xs[n] = x
+			n++
+		}
+	}
+	xs = xs[:n]
+	sortRates(xs)
+	var load u128
+	w := f.wsum[r]
+	for i := 0; i < len(xs); {
+		mu := xs[i].rate
+		var k int64
+		if !load.less(capa) {
+			k = 0
+		} else {
+			k = capa.sub(load).floorDiv(uint64(w))
+		}
+		if lvl <= mu {
+			return lvl == mu && k == lvl
+		}
+		if k <= mu {
+			return false
+		}
+		for ; i < len(xs) && xs[i].rate == mu; i++ {
+			load = load.add(mul128(uint64(xs[i].coef), uint64(mu)))
+			w -= xs[i].coef
+		}
+	}
+	return lvl == noLevel
+}
+
+// sortRates sorts by rate.
+func sortRates(xs []rateCoef) {
+	slices.SortFunc(xs, func(a, b rateCoef) int {
+		switch {
+		case a.rate < b.rate:
+			return -1
+		case a.rate > b.rate:
+			return 1
+		}
+		return 0
+	})
 }
 
 // holds reports whether a held resource's level is what progressive
@@ -610,11 +1206,28 @@ func (f *fluid) commit() {
 			f.level[r] = nl
 		}
 	}
-	for _, id := range f.S {
+	for _, id := range f.X {
 		fl := &f.flows[id]
-		fl.rate = f.sc[id].rate
+		nr := f.sc[id].rate
+		if fl.bkt != 0 && (fl.group < 0 || nr != fl.rate) {
+			for k := range int32(fl.n) {
+				r := fl.res[k]
+				if fl.bkt&(1<<k) == 0 {
+					continue
+				}
+				if fl.group >= 0 {
+					f.bucketRemove(r, fl.rate, k, id)
+				}
+				f.bucketAdd(r, nr, k, id)
+			}
+		}
+		fl.rate = nr
 		if g := f.groupOf(fl); g != fl.group {
 			f.moves = append(f.moves, move{id, fl.group, g})
+			if fl.group >= 0 {
+				f.gmemRemove(id, fl.group)
+			}
+			f.gmemAdd(id, g)
 			fl.group = g
 		}
 	}

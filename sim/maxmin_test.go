@@ -266,3 +266,237 @@ func TestSortBounds(t *testing.T) {
 		}
 	}
 }
+
+// checkAggregates checks what a local refill reads against the flows:
+// each resource that keeps buckets holds in them exactly its solved users,
+// each at its rate, with their coefficients summed, no bucket empty and no
+// rate twice, and its group's members exactly the flows in that group
+// (the others keep neither).
+func checkAggregates(f *fluid) error {
+	for r := range int32(f.nres) {
+		if n := len(f.users[r]); f.bucketed[r] && n <= f.bktOff || !f.bucketed[r] && (n > 0 && n >= f.bktOn || len(f.bkt[r]) > 0) {
+			return fmt.Errorf("resource %d with %d users: buckets %v (%d)", r, n, f.bucketed[r], len(f.bkt[r]))
+		}
+		if !f.bucketed[r] {
+			if len(f.gmem[r]) > 0 {
+				return fmt.Errorf("resource %d keeps members without buckets", r)
+			}
+			continue
+		}
+		want := map[int64]int64{} // rate -> coefficients
+		n := 0
+		for i, id := range f.users[r] {
+			if fl := &f.flows[id]; fl.group >= 0 {
+				want[fl.rate] += f.ucoef[r][i]
+				n++
+			}
+		}
+		seen := map[int64]bool{}
+		for _, b := range f.bkt[r] {
+			if len(b.ids) == 0 || seen[b.rate] {
+				return fmt.Errorf("resource %d: bucket at %d empty or repeated", r, b.rate)
+			}
+			seen[b.rate] = true
+			var w int64
+			for p, m := range b.ids {
+				fl := &f.flows[m.id]
+				if fl.group < 0 || fl.res[m.k] != r || fl.rate != b.rate || f.bpos[m.id][m.k] != int32(p) {
+					return fmt.Errorf("resource %d: bucket at %d holds flow %d (slot %d) wrongly", r, b.rate, m.id, m.k)
+				}
+				w += fl.coef[m.k]
+				n--
+			}
+			if w != b.w || w != want[b.rate] {
+				return fmt.Errorf("resource %d: bucket at %d sums %d, its flows %d, the users %d", r, b.rate, b.w, w, want[b.rate])
+			}
+		}
+		if n != 0 || len(seen) != len(want) {
+			return fmt.Errorf("resource %d: the buckets miss users", r)
+		}
+		members := 0
+		for p, id := range f.gmem[r] {
+			if f.flows[id].group != r || f.gpos[id] != int32(p) {
+				return fmt.Errorf("resource %d: member %d is in group %d", r, id, f.flows[id].group)
+			}
+			members++
+		}
+		for id := range f.flows {
+			if f.flows[id].group == r {
+				members--
+			}
+		}
+		if members != 0 {
+			return fmt.Errorf("resource %d: its group's members are not its flows", r)
+		}
+	}
+	return nil
+}
+
+// The aggregates stay exact as flows come and go (random flows, shared
+// levels, caps, paths that repeat a resource; resources that keep buckets
+// always, from a few users on, or by default), and the solver keeps
+// matching the full fill with them.
+func TestFluidAggregates(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 23))
+	local, rounds := 0, 0
+	defer func() {
+		// Local refills ran, and widened.
+		if local == 0 || rounds <= local {
+			t.Errorf("%d local solves, %d refills", local, rounds)
+		}
+	}()
+	for i := range 200 {
+		nr := 1 + rng.IntN(8)
+		capacity := randomCapacities(rng, nr)
+		cur := newFluid(capacity)
+		cur.fullFrac = []float64{defaultFullFrac, 0.1, 2}[i%3]
+		th := [][2]int{{0, -1}, {4, 2}, {defaultBktOn, defaultBktOff}}[i/3%3]
+		cur.bktOn, cur.bktOff = th[0], th[1]
+		orc := newFullFill(capacity).(*fullFill)
+		type pair struct{ cur, orc int32 }
+		var live []pair
+		for step := range 60 {
+			for range 1 + rng.IntN(4) {
+				if len(live) > 0 && rng.IntN(3) == 0 {
+					k := rng.IntN(len(live))
+					cur.remove(live[k].cur)
+					orc.remove(live[k].orc)
+					live = append(live[:k], live[k+1:]...)
+					continue
+				}
+				n := 1 + rng.IntN(min(maxPath, 3))
+				var res []int32
+				var coef []int64
+				for range n {
+					res = append(res, int32(rng.IntN(nr))) // may repeat
+					coef = append(coef, coefOf(float64(1+rng.IntN(2))))
+				}
+				var limit int64
+				if rng.IntN(5) == 0 {
+					limit = rateOf([]float64{0.002, 0.005}[rng.IntN(2)])
+				}
+				live = append(live, pair{cur.add(res, coef, limit), orc.add(res, coef, limit)})
+			}
+			cur.solve()
+			orc.solve()
+			where := fmt.Sprintf("case %d step %d", i, step)
+			if err := checkAggregates(cur); err != nil {
+				t.Fatalf("%s: %v", where, err)
+			}
+			for _, p := range live {
+				if c, o := cur.flows[p.cur], orc.flows[p.orc]; c.rate != o.rate || c.group != o.group {
+					t.Fatalf("%s: flow %d at %d in group %d, full fill %d in %d", where, p.cur, c.rate, c.group, o.rate, o.group)
+				}
+			}
+		}
+		local += cur.local
+		rounds += cur.rounds
+	}
+}
+
+// holdsRates on a resource's flows as buckets and changes agrees with
+// holds on the flows one by one, at the solution's levels and
+// others: random flows, rates moved as a refill moves them.
+func TestHoldsRates(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 9))
+	held, swept := 0, 0
+	for i := range 300 {
+		nr := 1 + rng.IntN(4)
+		f := newFluid(randomCapacities(rng, nr))
+		f.bktOn, f.bktOff = 0, -1 // every resource keeps buckets
+		for range 1 + rng.IntN(30) {
+			res := []int32{int32(rng.IntN(nr))}
+			if r := int32(rng.IntN(nr)); r != res[0] && rng.IntN(2) == 0 {
+				res = append(res, r)
+			}
+			coef := []int64{coefOf(float64(1 + rng.IntN(2))), coefOf(1)}[:len(res)]
+			f.add(res, coef, 0)
+		}
+		f.solve()
+		// Move some flows' rates (a refill's new rates, marked), and
+		// give holdsRates the same as bucket totals less the old rates
+		// plus the new.
+		e := f.stamp()
+		for id := range f.flows {
+			f.sc[id].rate = f.flows[id].rate
+			if rng.IntN(3) == 0 {
+				f.sc[id].mark = e
+				f.sc[id].rate = max(1, f.flows[id].rate+int64(rng.IntN(5))-2)
+				if rng.IntN(4) == 0 {
+					f.sc[id].rate = f.flows[id].rate / 2
+				}
+			}
+		}
+		for r := range int32(nr) {
+			var xs []rateCoef
+			for _, b := range f.bkt[r] {
+				xs = append(xs, rateCoef{b.rate, b.w})
+			}
+			nb := len(xs)
+			for p, id := range f.users[r] {
+				if f.sc[id].mark == e {
+					for j := range nb {
+						if xs[j].rate == f.flows[id].rate {
+							xs[j].coef -= f.ucoef[r][p]
+							break
+						}
+					}
+					xs = append(xs, rateCoef{f.sc[id].rate, f.ucoef[r][p]})
+				}
+			}
+			saved := f.level[r]
+			for _, l := range []int64{saved, saved - 1, saved + 1, saved / 2, noLevel} {
+				if l < 0 {
+					continue
+				}
+				f.level[r] = l
+				want := f.holds(r, e)
+				if got := f.holdsRates(r, slices.Clone(xs)); got != want {
+					t.Fatalf("case %d resource %d level %d: holdsRates %v, holds %v", i, r, l, got, want)
+				}
+				if want {
+					held++
+				}
+				if _, sure := f.holdsFast(r, e); !sure {
+					swept++
+				}
+			}
+			f.level[r] = saved
+		}
+	}
+	if held == 0 || swept == 0 {
+		t.Errorf("%d checks held, %d needed the sweep", held, swept)
+	}
+}
+
+// On random DAGs the solver equals the full fill bit for bit with every
+// resource keeping buckets and with resources keeping them from a few
+// users on (the default thresholds leave small schedules without).
+func TestSolverBucketsMatchFullFill(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 32))
+	cases := 100
+	if testing.Short() {
+		cases = 20
+	}
+	for i := range cases {
+		s, tp, opt := randomDAG(rng)
+		opt.Timeline = true
+		want, errW := run(s, tp, opt, engineWith(newFullFill))
+		for _, th := range [][2]int{{0, -1}, {3, 1}} {
+			got, errG := run(s, tp, opt, engineWith(func(c []u128) solver {
+				f := newFluid(c)
+				f.bktOn, f.bktOff = th[0], th[1]
+				return f
+			}))
+			if (errW == nil) != (errG == nil) {
+				t.Fatalf("case %d, buckets from %d users: error %v, oracle's %v", i, th[0], errG, errW)
+			}
+			if errW != nil {
+				break
+			}
+			if err := sameResult(got, want); err != nil {
+				t.Fatalf("case %d, buckets from %d users: %v", i, th[0], err)
+			}
+		}
+	}
+}
