@@ -10,7 +10,9 @@ preset predicts for the same (scenario, point, route, launch mode,
 transport), and prints one Markdown row per record: the measured median,
 each preset's model and error (modeled / measured - 1), and the spread of
 the presets' predictions ((max - min) / min). Every record is a row; a
-record without a measurement says why. The last lines are the tally."""
+record without a measurement says why. Then the tally, and the same by
+class of run (transport, launch mode, route family; loopback and fp8-2gpu
+apart): within +-10% (preset 1), spread within 3%, preset 1's errors."""
 import glob
 import json
 import os
@@ -63,6 +65,7 @@ def main(out):
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     tally = {"rows": 0, "within 10%": 0, "spread within 3%": 0, "no measurement": 0}
+    classes = {}  # class -> [runs, within 10%, spread within 3%, errors]
     for path in sorted(glob.glob(os.path.join(out, "*.json"))):
         name = os.path.basename(path)[:-5]
         args = flags_of(name)
@@ -95,9 +98,33 @@ def main(out):
                 tally["within 10%"] += 1
             if len(models) == len(presets) and spread <= 0.03:
                 tally["spread within 3%"] += 1
+            if models:
+                c = classes.setdefault(run_class(name, r), [0, 0, 0, []])
+                c[0] += 1
+                c[1] += abs(models[0] / m - 1) <= 0.10
+                c[2] += len(models) == len(presets) and spread <= 0.03
+                c[3].append(models[0] / m - 1)
             print(f"| {name} | {label} | {r['route']} | {r.get('launch', '')} | {r.get('transport', '')} | {m * 1e3:.3f} ms | " + " | ".join(cells) + f" | {100 * spread:.1f}% |")
     print()
     print(", ".join(f"{k}: {v}" for k, v in tally.items()) + f" (of {tally['rows']} rows; within 10%: preset 1's error)")
+    print()
+    print("| runs | within +-10% | spread of the presets <= 3% | errors (preset 1) |")
+    print("|---|---|---|---|")
+    for k in sorted(classes):
+        n, w, sp, errs = classes[k]
+        print(f"| {k} | {w} of {n} | {sp} of {n} | {100 * min(errs):+.1f}..{100 * max(errs):+.1f}% |")
+
+
+def run_class(name, r):
+    """The class of a run: loopback and fp8-2gpu by transport, two-GPU runs
+    by transport, launch mode and route family."""
+    transport = r.get("transport", "nccl")
+    if name.startswith("loop"):
+        return "loopback, " + transport
+    if name.startswith("fp8"):
+        return "fp8-2gpu, " + transport
+    family = "agbcast, nemo-legacy" if r["route"] in ("agbcast", "nemo-legacy") else "flat, hierarchical"
+    return f"2 GPUs, {transport}, {r.get('launch', 'one-process')}: {family}"
 
 
 if __name__ == "__main__":
