@@ -183,3 +183,33 @@ func TestModelBatchSharedFormula(t *testing.T) {
 		within(t, c.name, r.Makespan, want)
 	}
 }
+
+// A copy between processes that its receiver cannot pull (the sender's
+// staging, written by a pack) is pushed by the sender (CUDA IPC per GPU):
+// the pack, the copy at the launch mode's copy rate, and the receiver's
+// flag wait, a kernel; pulled in one process, no flag wait.
+func TestModelPushedCopyFormula(t *testing.T) {
+	n := int64(64 << 20)
+	s := xfer(n)
+	s.Ops, s.DepPool = nil, nil
+	s.Buffers = append(s.Buffers, ir.Buffer{ID: 2, Rank: 0, Kind: ir.Staging, Tensor: -1, Bytes: n})
+	pk := s.AddOp(ir.Op{Kind: ir.Copy, Rank: 0, Peer: -1, Match: -1, Src: ir.Region{Buf: 0, Bytes: n}, Dst: ir.Region{Buf: 2, Bytes: n}})
+	snd := s.AddOp(ir.Op{Kind: ir.Send, Rank: 0, Peer: 1, Src: ir.Region{Buf: 2, Bytes: n}}, pk)
+	rcv := s.AddOp(ir.Op{Kind: ir.Recv, Rank: 1, Peer: 0, Dst: ir.Region{Buf: 1, Bytes: n}})
+	s.Ops[snd].Match, s.Ops[rcv].Match = rcv, snd
+	tp := machine()
+	tp.Executor.Costs[topo.PerGPU] = tp.Executor.Costs[topo.OneProcess]
+	tp.Executor.Costs[topo.PerGPU].CopyRate = units.GBps(350)
+	local := tp.LatencyLocal + seconds(2*n, tp.Memory)
+	for _, c := range []struct {
+		launch topo.Launch
+		rate   units.Bandwidth
+		flag   units.Time
+	}{{topo.PerGPU, units.GBps(350), tp.LatencyLocal + tp.Executor.Costs[topo.PerGPU].BoxLatency}, {topo.OneProcess, tp.NVLink, 0}} {
+		r, err := Run(s, tp, Options{Exec: Exec{Transport: "copy", Graph: true, Launch: c.launch}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		within(t, "pushed copy, "+c.launch.String(), r.Makespan, local+tp.LatencyNet+seconds(n, c.rate)+c.flag)
+	}
+}

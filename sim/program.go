@@ -75,6 +75,10 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 	po := program.Options{Dev: dev, Lanes: ex.Lanes, Mode: program.Waves, WaveBytes: ex.WaveBytes, Comms: 1, NoBatch: ex.NoBatch}
 	if copyT {
 		po.Mode = program.Streams
+		// One process a GPU copies over CUDA IPC: pulled by the receivers
+		// where the schedule allows, else pushed by the senders, each
+		// receiving end a flag wait of its own (native's Executor.push).
+		po.Push = ex.Launch == topo.PerGPU && !opt.Loopback && program.Pullable(s) != nil
 	} else if opt.Loopback {
 		po.Comms = ex.Comms
 	}
@@ -229,7 +233,20 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 			sd, rd := dev(snd.Rank), dev(rcv.Rank)
 			var sdeps, rdeps []int32
 			var rel, lat units.Time
-			if po.Mode == program.Streams {
+			if po.Push {
+				// The sender's process copies into the receiver's memory
+				// and sets the transfer's flag (a launch each); the
+				// receiver's launches its flag wait.
+				clock[proc(sd)] += units.Time(len(st.Waits))*ev + 2*costs.HostLaunch
+				rel = clock[proc(sd)]
+				clock[proc(sd)] += records(st.Record, st.More)
+				clock[proc(rd)] += units.Time(len(st.RWaits))*ev + costs.HostLaunch + records(st.RRecord, st.RMore)
+				sdeps = append(deps(ends...), deps(rends...)...)
+				if l, ok := last[st.Stream]; ok {
+					sdeps = append(sdeps, l)
+				}
+				lat = -1
+			} else if po.Mode == program.Streams {
 				// One device copy on the stream, issued by the receiver's
 				// process.
 				clock[proc(rd)] += units.Time(len(st.Waits))*ev + costs.HostLaunch
@@ -273,6 +290,22 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 			m.s.Ops[si].Match, m.s.Ops[ri].Match = ri, si
 			for i, e := range ends {
 				m.of[e], m.of[rends[i]] = si, ri
+			}
+			if po.Push {
+				// The receiving end: a one-thread kernel on the receiver's
+				// flag stream, after the copy and the stream's earlier
+				// ends (ends complete in issue order).
+				bdeps := []int32{ri}
+				if l, ok := last[st.RStream]; ok {
+					bdeps = append(bdeps, l)
+				}
+				bar := ir.Op{Kind: ir.Copy, Rank: rcv.Rank, Peer: -1, Match: -1}
+				b := add(bar, clock[proc(rd)], tp.LatencyLocal+costs.BoxLatency, 0, bdeps)
+				for _, r := range rends {
+					m.of[r] = b
+				}
+				last[st.Stream], last[st.RStream] = si, b
+				continue
 			}
 			if po.Mode == program.Streams {
 				last[st.Stream] = si
