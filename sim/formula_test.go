@@ -213,3 +213,41 @@ func TestModelPushedCopyFormula(t *testing.T) {
 		within(t, "pushed copy, "+c.launch.String(), r.Makespan, local+tp.LatencyNet+seconds(n, c.rate)+c.flag)
 	}
 }
+
+// A pushed copy whose receive waits for work of its receiver (staging it
+// frees, here a local copy): the receiver's flag stream sets a ready flag
+// after that work, a kernel on the sender's stream waits for it, then the
+// copy and the receiving end; in one process the receiver's copy simply
+// waits for both sides.
+func TestModelPushedCopyWaitsForReceiver(t *testing.T) {
+	n := int64(64 << 20)
+	s := xfer(n)
+	s.Ops, s.DepPool = nil, nil
+	s.Buffers = append(s.Buffers,
+		ir.Buffer{ID: 2, Rank: 0, Kind: ir.Staging, Tensor: -1, Bytes: n},
+		ir.Buffer{ID: 3, Rank: 1, Kind: ir.Staging, Tensor: -1, Bytes: n},
+		ir.Buffer{ID: 4, Rank: 1, Kind: ir.Staging, Tensor: -1, Bytes: n})
+	pk := s.AddOp(ir.Op{Kind: ir.Copy, Rank: 0, Peer: -1, Match: -1, Src: ir.Region{Buf: 0, Bytes: n}, Dst: ir.Region{Buf: 2, Bytes: n}})
+	free := s.AddOp(ir.Op{Kind: ir.Copy, Rank: 1, Peer: -1, Match: -1, Src: ir.Region{Buf: 3, Bytes: n}, Dst: ir.Region{Buf: 4, Bytes: n}})
+	snd := s.AddOp(ir.Op{Kind: ir.Send, Rank: 0, Peer: 1, Src: ir.Region{Buf: 2, Bytes: n}}, pk)
+	rcv := s.AddOp(ir.Op{Kind: ir.Recv, Rank: 1, Peer: 0, Dst: ir.Region{Buf: 1, Bytes: n}}, free)
+	s.Ops[snd].Match, s.Ops[rcv].Match = rcv, snd
+	tp := machine()
+	tp.Executor.Costs[topo.PerGPU] = tp.Executor.Costs[topo.OneProcess]
+	tp.Executor.Costs[topo.PerGPU].CopyRate = units.GBps(350)
+	local := tp.LatencyLocal + seconds(2*n, tp.Memory)
+	kernel := tp.LatencyLocal + tp.Executor.Costs[topo.PerGPU].BoxLatency
+	for _, c := range []struct {
+		launch topo.Launch
+		want   units.Time
+	}{
+		{topo.PerGPU, local + kernel + tp.LatencyNet + seconds(n, units.GBps(350)) + kernel},
+		{topo.OneProcess, local + tp.LatencyNet + seconds(n, tp.NVLink)},
+	} {
+		r, err := Run(s, tp, Options{Exec: Exec{Transport: "copy", Graph: true, Launch: c.launch}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		within(t, "pushed copy waiting for its receiver, "+c.launch.String(), r.Makespan, c.want)
+	}
+}

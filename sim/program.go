@@ -236,15 +236,38 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 			if po.Push {
 				// The sender's process copies into the receiver's memory
 				// and sets the transfer's flag (a launch each); the
-				// receiver's launches its flag wait.
-				clock[proc(sd)] += units.Time(len(st.Waits))*ev + 2*costs.HostLaunch
+				// receiver's launches its flag wait. A receive that waits
+				// for work of its own rank first has its flag stream set a
+				// ready flag (after that work and the stream's earlier
+				// ends), which a kernel on the sender's stream waits for
+				// before the copy (native's issuePush).
+				ready := false
+				for _, r := range rends {
+					ready = ready || len(s.Deps(r)) > 0
+				}
+				launches := units.Time(2)
+				if ready {
+					launches = 3
+				}
+				clock[proc(sd)] += units.Time(len(st.Waits))*ev + launches*costs.HostLaunch
 				rel = clock[proc(sd)]
 				clock[proc(sd)] += records(st.Record, st.More)
-				clock[proc(rd)] += units.Time(len(st.RWaits))*ev + costs.HostLaunch + records(st.RRecord, st.RMore)
-				sdeps = append(deps(ends...), deps(rends...)...)
+				sdeps = deps(ends...)
 				if l, ok := last[st.Stream]; ok {
 					sdeps = append(sdeps, l)
 				}
+				if ready {
+					clock[proc(rd)] += costs.HostLaunch
+					rdeps := deps(rends...)
+					if l, ok := last[st.RStream]; ok {
+						rdeps = append(rdeps, l)
+					}
+					rb := add(ir.Op{Kind: ir.Copy, Rank: rcv.Rank, Peer: -1, Match: -1}, clock[proc(rd)], 0, 0, rdeps)
+					last[st.RStream] = rb
+					w := add(ir.Op{Kind: ir.Copy, Rank: snd.Rank, Peer: -1, Match: -1}, rel, tp.LatencyLocal+costs.BoxLatency, 0, append(sdeps, rb))
+					sdeps = []int32{w}
+				}
+				clock[proc(rd)] += units.Time(len(st.RWaits))*ev + costs.HostLaunch + records(st.RRecord, st.RMore)
 				lat = -1
 			} else if po.Mode == program.Streams {
 				// One device copy on the stream, issued by the receiver's
