@@ -97,6 +97,9 @@ func fitting(in Input) (*Fit, error) {
 		return units.Bandwidth(2 * float64(copyBytes) / (t - cp.HostIssue).Seconds())
 	}
 	f.Memory = bw(median(cp.Times))
+	if !(f.Memory > 0) || math.IsInf(float64(f.Memory), 0) {
+		return nil, fmt.Errorf("calibrate: memory (bench copy) came out %v from a median of %v and a host issue of %v: the measurements cannot be a run of the benches", f.Memory, median(cp.Times), cp.HostIssue)
+	}
 	note("memory", fmtBW(f.Memory), "2 x 1 GiB / (the median copy - its host issue)", cp, fmtBW(bw(cp.Times[len(cp.Times)-1])), fmtBW(bw(cp.Times[0])))
 
 	// A copy's device latency: 256 copies of 64 KiB back to back in a
@@ -309,7 +312,36 @@ func fitting(in Input) (*Fit, error) {
 		note("executor."+key(mode)+".ramp_extra("+sizeName(rp.Bytes)+")", fmtT(rp.Extra),
 			fmt.Sprintf("a group's cost in the %s stream - in the %s stream", sizeName(rp.Bytes), sizeName(StreamWaves[1])), g, "", "")
 	}
-	return f, nil
+	return f, f.check()
+}
+
+// check refuses a fit whose rates are not finite and positive, or whose
+// fractions are out of (0, 1]: measurements no run of the benches gives
+// (a host issue as long as the bench, times of zero), named.
+func (f *Fit) check() error {
+	for _, r := range []struct {
+		name string
+		v    float64
+		frac bool
+	}{
+		{"nvlink (bench peer-all-pairs)", float64(f.NVLink), false},
+		{"pair_rate (benches pair-*)", float64(f.Costs.PairRate), false},
+		{"duplex_rate (bench all-pairs)", float64(f.Costs.DuplexRate), false},
+		{"copy_rate (bench peer-all-pairs)", float64(f.Costs.CopyRate), false},
+		{"pack_long (long-runs box)", f.PackLong, true},
+		{"pack_short (short-runs box)", f.PackShort, true},
+		{"pack_stage (staged box)", f.PackStage, true},
+		{"quantize", f.Quantize, true},
+		{"batch_shared (batch)", f.BatchShared, true},
+	} {
+		if r.v == 0 {
+			continue // not measured here (one GPU, no quantize or batch bench)
+		}
+		if !(r.v > 0) || math.IsInf(r.v, 0) || (r.frac && r.v > 1) {
+			return fmt.Errorf("calibrate: %s came out %g: the measurements cannot be a run of the benches", r.name, r.v)
+		}
+	}
+	return nil
 }
 
 // key is a launch mode's table name: "one_process", "per_gpu".

@@ -122,8 +122,8 @@ func ReadSamples(data []byte) (Input, error) {
 	default:
 		return Input{}, fmt.Errorf("samples: launch = %q: want %q or %q", d.Launch, topo.OneProcess, topo.PerGPU)
 	}
-	if d.GPUsPerProcess < 1 || d.GPUsPerProcess > 2 {
-		return Input{}, fmt.Errorf("samples: gpus_per_process = %d: want 1 or 2", d.GPUsPerProcess)
+	if d.GPUsPerProcess < 1 || d.GPUsPerProcess > 2 || (in.Launch == topo.PerGPU && d.GPUsPerProcess != 1) {
+		return Input{}, fmt.Errorf("samples: gpus_per_process = %d: want 1 per GPU, 1 or 2 in one process", d.GPUsPerProcess)
 	}
 	if len(d.Benches) > maxSampleBenches {
 		return Input{}, fmt.Errorf("samples: %d benches: at most %d", len(d.Benches), maxSampleBenches)
@@ -132,8 +132,8 @@ func ReadSamples(data []byte) (Input, error) {
 		if len(v) == 0 || len(v) > maxSampleTimes {
 			return nil, fmt.Errorf("samples: %s: %d times: want 1 to %d", field, len(v), maxSampleTimes)
 		}
-		if v[0] < 0 || !slices.IsSorted(v) {
-			return nil, fmt.Errorf("samples: %s: times must be sorted ascending and not negative", field)
+		if v[0] <= 0 || !slices.IsSorted(v) {
+			return nil, fmt.Errorf("samples: %s: times must be sorted ascending and positive", field)
 		}
 		out := make([]units.Time, len(v))
 		for i, t := range v {

@@ -72,7 +72,9 @@ func TestReadSamplesRefuses(t *testing.T) {
 		{"gpus", `"gpus_per_process": 2`, `"gpus_per_process": 0`, "gpus_per_process = 0"},
 		{"unknown field", `"version": 1`, `"version": 1, "extra": 3`, "unknown field"},
 		{"unsorted", `"times_ps": [`, `"times_ps": [9999999999999, `, "sorted"},
-		{"negative", `"times_ps": [`, `"times_ps": [-1, `, "not negative"},
+		{"negative", `"times_ps": [`, `"times_ps": [-1, `, "positive"},
+		{"zero", `"times_ps": [`, `"times_ps": [0, `, "positive"},
+		{"per GPU over two", `"launch": "one-process"`, `"launch": "per-gpu"`, "gpus_per_process = 2"},
 		{"empty", "", "", "benches.copy.times_ps: 0 times"},
 		{"box class", `"long-runs"`, `"medium-runs"`, "boxes.medium-runs"},
 		{"trailing", "", "", "after the document"},
@@ -147,5 +149,17 @@ func TestSamplesGolden(t *testing.T) {
 		if !bytes.Equal(buf.Bytes(), want) {
 			t.Errorf("%s differs from what a calibration of the truth writes now (go test ./calibrate -update)", path)
 		}
+	}
+}
+
+// A document that reads but no run of the benches could give (a copy's
+// host issue as long as the copy) is refused by the fit, naming the bench.
+func TestFitRefusesImpossibleSamples(t *testing.T) {
+	in := simulatedInput(t, topo.OneProcess)
+	s := in.Samples["copy"]
+	s.HostIssue = s.Times[len(s.Times)-1] * 2
+	in.Samples["copy"] = s
+	if _, err := Fitting(in); err == nil || !strings.Contains(err.Error(), "bench copy") {
+		t.Errorf("fit of a copy issued longer than it ran: %v, want an error naming the bench", err)
 	}
 }

@@ -98,6 +98,7 @@ first_rank = 0
 		{"calibrate into a device", []string{"calibrate", "--into", "/dev/zero"}, "--into: /dev/zero: more than"},
 		{"calibrate samples from a device", []string{"calibrate", "--from-samples", "/dev/zero"}, "--from-samples: /dev/zero: more than"},
 		{"calibrate samples both ways", []string{"calibrate", "--samples", "a.json", "--from-samples", "b.json"}, "--samples and --from-samples"},
+		{"calibrate samples over the preset read", []string{"calibrate", "--samples", "p.toml", "--into", "p.toml", "--out", "q.toml"}, "give the samples a file of their own"},
 		{"calibrate samples bad", []string{"calibrate", "--from-samples", "testdata/scenarios/uneven.toml"}, "--from-samples testdata/scenarios/uneven.toml: samples:"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -46,8 +46,8 @@ Run it once in one process, then under torchrun (one process per GPU) with
 	if len(pos) > 0 {
 		return usagef("calibrate takes no arguments, got %s (the preset goes to --out)", strings.Join(pos, " "))
 	}
-	if *samples != "" && *samples == *out {
-		return usagef("--samples and --out are both %q: give the samples a file of their own", *out)
+	if *samples != "" && (*samples == *out || *samples == *into) {
+		return usagef("--samples %q is also --out or --into: give the samples a file of their own", *samples)
 	}
 	if *iters < 3 || *warmup < 0 {
 		return usagef("--iters must be at least 3 and --warmup at least 0")
@@ -76,6 +76,9 @@ Run it once in one process, then under torchrun (one process per GPU) with
 		if *samples != "" {
 			return usagef("--samples and --from-samples: give one (samples read are not measured again)")
 		}
+		if l, err := native.DetectLaunchEnv(); err == nil && l != nil {
+			return usagef("--from-samples fits without GPUs: run it once, not under %s", l.Launcher)
+		}
 		data, err := readCapped(*from, maxSamplesBytes, "raw samples")
 		if err != nil {
 			return fmt.Errorf("--from-samples: %w", err)
@@ -84,7 +87,7 @@ Run it once in one process, then under torchrun (one process per GPU) with
 			return fmt.Errorf("--from-samples %s: %w", *from, err)
 		}
 		in.Command += fmt.Sprintf("; fitted again by m2n calibrate --from-samples %s", filepath.Base(*from))
-		return fitAndWrite(e, in, t, old, *name, *base, *into, intoDesc, *out, time.Now())
+		return fitAndWrite(e, in, t, old, *name, *base, *into, intoDesc, *out, time.Now(), *into == "")
 	}
 	devs, err := native.Devices()
 	if err != nil {
@@ -190,7 +193,7 @@ Run it once in one process, then under torchrun (one process per GPU) with
 			return err
 		}
 	}
-	return fitAndWrite(e, in, t, old, *name, *base, *into, intoDesc, *out, start)
+	return fitAndWrite(e, in, t, old, *name, *base, *into, intoDesc, *out, start, false)
 }
 
 // maxSamplesBytes is the most a raw samples file may hold (a run's is
@@ -199,8 +202,10 @@ const maxSamplesBytes = 64 << 20
 
 // fitAndWrite fits the measurements, sets the constants on t (the
 // preset's topology, from --into or the base) and writes the preset with
-// its records (old's, less those the fit replaces) to out.
-func fitAndWrite(e *env, in calibrate.Input, t *topo.Topology, old []scenario.MeasurementSpec, name, base, into, intoDesc, out string, start time.Time) error {
+// its records (old's, less those the fit replaces) to out. strict: a
+// constant its records do not account for is an error, not a warning
+// (a refit from samples into no older preset has no record to lose).
+func fitAndWrite(e *env, in calibrate.Input, t *topo.Topology, old []scenario.MeasurementSpec, name, base, into, intoDesc, out string, start time.Time, strict bool) error {
 	f, err := calibrate.Fitting(in)
 	if err != nil {
 		return err
@@ -225,8 +230,12 @@ func fitAndWrite(e *env, in calibrate.Input, t *topo.Topology, old []scenario.Me
 	}
 	// Every constant must be traceable to its record; a preset from --into
 	// may hold records from before they had launch modes.
-	for _, p := range calibrate.Audit(t, ms) {
+	problems := calibrate.Audit(t, ms)
+	for _, p := range problems {
 		fmt.Fprintf(e.stderr, "m2n: warning: provenance: %s\n", p)
+	}
+	if strict && len(problems) > 0 {
+		return fmt.Errorf("--from-samples: the preset would not account for %d constants (above); nothing written", len(problems))
 	}
 	fmt.Fprint(e.stderr, t.Describe())
 	return encodeFileAtomic(e.stdout, "--out", out, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err })

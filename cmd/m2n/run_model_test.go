@@ -162,3 +162,15 @@ func TestCalibrateFromSamples(t *testing.T) {
 		t.Errorf("sim on the refitted preset: exit %d, %s", code, stderr)
 	}
 }
+
+// Under a launcher, a refit from samples is refused: every rank would
+// write the same preset.
+func TestCalibrateFromSamplesNotUnderALauncher(t *testing.T) {
+	for k, v := range map[string]string{"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"} {
+		t.Setenv(k, v)
+	}
+	_, stderr, code := run(t, "calibrate", "--from-samples", "../../calibrate/testdata/samples-one-process.json", "--out", filepath.Join(t.TempDir(), "p.toml"))
+	if code == 0 || !strings.Contains(stderr, "not under") {
+		t.Errorf("exit %d, stderr %q; want a refusal", code, stderr)
+	}
+}
