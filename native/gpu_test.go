@@ -135,7 +135,7 @@ func TestGPUMultiRandom(t *testing.T) {
 
 // runGPU runs case i on the GPU and fails the test unless every
 // destination byte is right.
-func runGPU(t *testing.T, i int, s *ir.Schedule, opt Options) {
+func runGPU(t *testing.T, i int, s *ir.Schedule, opt Options) *Result {
 	t.Helper()
 	x, err := New(s, opt)
 	skipWithoutGPU(t, err)
@@ -147,6 +147,7 @@ func runGPU(t *testing.T, i int, s *ir.Schedule, opt Options) {
 	if !res.Verified {
 		t.Fatalf("case %d %s/%s (%s): %d wrong elements; first %s", i, opt.Backend, opt.Transport, s.Route, res.WrongElems, res.FirstWrong)
 	}
+	return res
 }
 
 // paperTensor is the paper's layer with experts scaled by 1/f.
@@ -394,14 +395,7 @@ func TestGPUProfileWithGraph(t *testing.T) {
 	for i := range 4 {
 		s := schedtest.Random(t, rng)
 		for _, graph := range []bool{true, false} {
-			opt := Options{Backend: Loopback, Settings: program.Settings{Transport: TransportCopy, Lanes: 2, Graph: graph}, Iters: 3, Profile: true}
-			x, err := New(s, opt)
-			skipWithoutGPU(t, err)
-			res, err := x.Run()
-			x.Close()
-			if err != nil {
-				t.Fatalf("case %d graph=%v: %v", i, graph, err)
-			}
+			res := runGPU(t, i, s, Options{Backend: Loopback, Settings: program.Settings{Transport: TransportCopy, Lanes: 2, Graph: graph}, Iters: 3, Profile: true})
 			if res.ProfileErr != "" || len(res.StreamEnds) == 0 {
 				t.Fatalf("case %d graph=%v: profile error %q, %d stream ends", i, graph, res.ProfileErr, len(res.StreamEnds))
 			}

@@ -31,6 +31,15 @@ func machine() *topo.Topology {
 	return t
 }
 
+// perGPUMachine is machine with the same costs per GPU and a copy rate
+// between processes (CUDA IPC) below the link's.
+func perGPUMachine() *topo.Topology {
+	t := machine()
+	t.Executor.Costs[topo.PerGPU] = t.Executor.Costs[topo.OneProcess]
+	t.Executor.Costs[topo.PerGPU].CopyRate = units.GBps(350)
+	return t
+}
+
 func seconds(bytes int64, rate units.Bandwidth) units.Time {
 	return units.Time(math.Round(float64(bytes) / float64(rate) * 1e12))
 }
@@ -139,9 +148,7 @@ func TestModelPeerCopyFormula(t *testing.T) {
 // IPC between processes, below the links): the bytes at that rate; the
 // other launch mode, without one, keeps the link's.
 func TestModelPeerCopyRateFormula(t *testing.T) {
-	tp := machine()
-	tp.Executor.Costs[topo.PerGPU] = tp.Executor.Costs[topo.OneProcess]
-	tp.Executor.Costs[topo.PerGPU].CopyRate = units.GBps(350)
+	tp := perGPUMachine()
 	n := int64(64 << 20)
 	for _, c := range []struct {
 		launch topo.Launch
@@ -197,9 +204,7 @@ func TestModelPushedCopyFormula(t *testing.T) {
 	snd := s.AddOp(ir.Op{Kind: ir.Send, Rank: 0, Peer: 1, Src: ir.Region{Buf: 2, Bytes: n}}, pk)
 	rcv := s.AddOp(ir.Op{Kind: ir.Recv, Rank: 1, Peer: 0, Dst: ir.Region{Buf: 1, Bytes: n}})
 	s.Ops[snd].Match, s.Ops[rcv].Match = rcv, snd
-	tp := machine()
-	tp.Executor.Costs[topo.PerGPU] = tp.Executor.Costs[topo.OneProcess]
-	tp.Executor.Costs[topo.PerGPU].CopyRate = units.GBps(350)
+	tp := perGPUMachine()
 	local := tp.LatencyLocal + seconds(2*n, tp.Memory)
 	for _, c := range []struct {
 		launch topo.Launch
@@ -232,9 +237,7 @@ func TestModelPushedCopyWaitsForReceiver(t *testing.T) {
 	snd := s.AddOp(ir.Op{Kind: ir.Send, Rank: 0, Peer: 1, Src: ir.Region{Buf: 2, Bytes: n}}, pk)
 	rcv := s.AddOp(ir.Op{Kind: ir.Recv, Rank: 1, Peer: 0, Dst: ir.Region{Buf: 1, Bytes: n}}, free)
 	s.Ops[snd].Match, s.Ops[rcv].Match = rcv, snd
-	tp := machine()
-	tp.Executor.Costs[topo.PerGPU] = tp.Executor.Costs[topo.OneProcess]
-	tp.Executor.Costs[topo.PerGPU].CopyRate = units.GBps(350)
+	tp := perGPUMachine()
 	local := tp.LatencyLocal + seconds(2*n, tp.Memory)
 	kernel := tp.LatencyLocal + tp.Executor.Costs[topo.PerGPU].BoxLatency
 	for _, c := range []struct {

@@ -1,6 +1,9 @@
 package sim
 
-import "slices"
+import (
+	"cmp"
+	"slices"
+)
 
 // fluid is a set of resources shared by active flows at max-min fair rates,
 // in exact fixed-point arithmetic (fixed.go).
@@ -572,18 +575,8 @@ func (f *fluid) fill(e uint32) {
 	unfrozen := len(f.X)
 	act := append(f.check[:0], f.A...) // resources with unfrozen flows
 	for unfrozen > 0 {
-		level := int64(noLevel)
-		keep := act[:0]
-		for _, r := range act {
-			if f.count[r] > 0 {
-				if f.stale[r] {
-					f.cand[r], f.stale[r] = f.candidate(r), false
-				}
-				keep = append(keep, r)
-				level = min(level, f.cand[r])
-			}
-		}
-		act = keep
+		var level int64
+		act, level = f.activeLevel(act)
 		// The least bound of a flow still unfrozen.
 		for bi < len(bh) && f.sc[bh[bi].id].frozen {
 			bi++
@@ -606,11 +599,7 @@ func (f *fluid) fill(e uint32) {
 		// the resources it crosses stale.
 		// (The resources saturating here are those whose candidate at
 		// the step's start is the level: nlevel marks them first.)
-		for _, r := range act {
-			if f.cand[r] == level {
-				f.nlevel[r] = level
-			}
-		}
+		f.markSaturating(act, level)
 		for _, r := range act {
 			if f.nlevel[r] != level || f.cand[r] != level {
 				continue
@@ -631,6 +620,35 @@ func (f *fluid) fill(e uint32) {
 	}
 	f.bounds = bh[:0]
 	f.check = act[:0]
+}
+
+// activeLevel keeps of act the resources with unfrozen flows, their
+// stale candidates recomputed, and returns them and the least candidate
+// (noLevel if none): the next level of a fill.
+func (f *fluid) activeLevel(act []int32) ([]int32, int64) {
+	level := int64(noLevel)
+	keep := act[:0]
+	for _, r := range act {
+		if f.count[r] > 0 {
+			if f.stale[r] {
+				f.cand[r], f.stale[r] = f.candidate(r), false
+			}
+			keep = append(keep, r)
+			level = min(level, f.cand[r])
+		}
+	}
+	return keep, level
+}
+
+// markSaturating marks (nlevel) the resources of act whose candidate is
+// level, before freezing at it changes any candidate: those saturate at
+// this level.
+func (f *fluid) markSaturating(act []int32, level int64) {
+	for _, r := range act {
+		if f.cand[r] == level {
+			f.nlevel[r] = level
+		}
+	}
 }
 
 // fillAgg is fill for a local refill, reading aggregates where fill reads
@@ -736,18 +754,8 @@ func (f *fluid) fillAgg(e uint32) {
 	bi := 0
 	act := append(f.check[:0], f.A...) // resources with unfrozen flows
 	for {
-		level := int64(noLevel)
-		keep := act[:0]
-		for _, r := range act {
-			if f.count[r] > 0 {
-				if f.stale[r] {
-					f.cand[r], f.stale[r] = f.candidate(r), false
-				}
-				keep = append(keep, r)
-				level = min(level, f.cand[r])
-			}
-		}
-		act = keep
+		var level int64
+		act, level = f.activeLevel(act)
 		if len(act) == 0 {
 			break
 		}
@@ -770,11 +778,7 @@ func (f *fluid) fillAgg(e uint32) {
 			}
 			break
 		}
-		for _, r := range act {
-			if f.cand[r] == level {
-				f.nlevel[r] = level
-			}
-		}
+		f.markSaturating(act, level)
 		for _, r := range act {
 			if f.nlevel[r] != level || f.cand[r] != level {
 				continue
@@ -1080,15 +1084,7 @@ func (f *fluid) holdsRates(r int32, xs []rateCoef) bool {
 
 // sortRates sorts by rate.
 func sortRates(xs []rateCoef) {
-	slices.SortFunc(xs, func(a, b rateCoef) int {
-		switch {
-		case a.rate < b.rate:
-			return -1
-		case a.rate > b.rate:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(xs, func(a, b rateCoef) int { return cmp.Compare(a.rate, b.rate) })
 }
 
 // holds reports whether a held resource's level is what progressive
@@ -1162,15 +1158,7 @@ func (f *fluid) holdsSorted(r int32, e uint32) bool {
 		}
 		xs = append(xs, rateCoef{x, f.ucoef[r][i]})
 	}
-	slices.SortFunc(xs, func(a, b rateCoef) int {
-		switch {
-		case a.rate < b.rate:
-			return -1
-		case a.rate > b.rate:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(xs, func(a, b rateCoef) int { return cmp.Compare(a.rate, b.rate) })
 	f.sorted = xs
 	lvl := f.level[r]
 	var load u128

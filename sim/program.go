@@ -388,28 +388,24 @@ func runProgram(s *ir.Schedule, tp *topo.Topology, opt Options, eng engineFunc) 
 	if err != nil {
 		return nil, err
 	}
-	// NCCL's pair rate caps an NCCL send/recv; a device copy runs at the
-	// launch mode's copy rate where m2n calibrate measured one (CUDA IPC
-	// between processes), else at the links' own rate (nvlink, the copy
-	// rate it measures in one process).
-	// (A scenario of one GPU per virtual domain models that NVLink as its
-	// network, so both classes are capped.)
-	if c := tp.Executor.Costs[opt.Exec.Launch].CopyRate; c > 0 && m.copies {
-		for _, k := range []ir.Class{ir.NVLink, ir.Net} {
-			if opt.FlowCap[k] == 0 {
-				opt.FlowCap[k] = c
-			}
-		}
+	// NCCL's pair rate caps an NCCL send/recv, and NCCL's channels serve a
+	// GPU's sends and receives together (duplex); a device copy runs at
+	// the launch mode's copy rate where m2n calibrate measured one (CUDA
+	// IPC between processes), else at the links' own rate (nvlink, the
+	// copy rate it measures in one process). A scenario of one GPU per
+	// virtual domain models that NVLink as its network: both classes are
+	// capped.
+	costs := tp.Executor.Costs[opt.Exec.Launch]
+	c := costs.PairRate
+	if m.copies {
+		c = costs.CopyRate
+	} else {
+		opt.duplex = costs.DuplexRate
 	}
-	if c := tp.Executor.Costs[opt.Exec.Launch].PairRate; c > 0 && !m.copies {
-		for _, k := range []ir.Class{ir.NVLink, ir.Net} {
-			if opt.FlowCap[k] == 0 {
-				opt.FlowCap[k] = c
-			}
+	for _, k := range []ir.Class{ir.NVLink, ir.Net} {
+		if c > 0 && opt.FlowCap[k] == 0 {
+			opt.FlowCap[k] = c
 		}
-	}
-	if !m.copies {
-		opt.duplex = tp.Executor.Costs[opt.Exec.Launch].DuplexRate
 	}
 	r, err := eng(m.s, tp, opt, &opCosts{rel: m.rel, lat: m.lat, coef: m.coef})
 	if err != nil {
