@@ -84,3 +84,56 @@ func TestBoxClassMatchesKernel(t *testing.T) {
 	}
 	t.Logf("classes seen: %v", seen)
 }
+
+// TestPlacementAlignsLargeBuffers checks the layout of a rank's block on
+// random schedules and on one with buffers around bufferAlign: every buffer
+// outside the staging arena starts past it, at a multiple of bufferAlign if
+// it holds that many bytes (copies pulled over CUDA IPC are slow otherwise)
+// and of 256 bytes if not; no two overlap; each ends inside its rank's
+// block; the staging part covers every staging buffer.
+func TestPlacementAlignsLargeBuffers(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	one := func(s *ir.Schedule) {
+		t.Helper()
+		off, rankBytes, rankStaging := placement(s, nil)
+		arena := s.ArenaBytes()
+		type span struct{ lo, hi int64 }
+		spans := map[int][]span{}
+		staged := map[int]int64{}
+		for i := range s.Buffers {
+			b := &s.Buffers[i]
+			if b.InArena {
+				continue
+			}
+			want := int64(256)
+			if b.Bytes >= bufferAlign {
+				want = bufferAlign
+			}
+			if off[i]%want != 0 || off[i] < arena[b.Rank] || off[i]+b.Bytes > rankBytes[b.Rank] {
+				t.Fatalf("buffer %d (%d bytes) at %d: want a multiple of %d in [%d, %d]", i, b.Bytes, off[i], want, arena[b.Rank], rankBytes[b.Rank])
+			}
+			for _, o := range spans[b.Rank] {
+				if off[i] < o.hi && o.lo < off[i]+b.Bytes {
+					t.Fatalf("buffer %d [%d, %d) overlaps [%d, %d)", i, off[i], off[i]+b.Bytes, o.lo, o.hi)
+				}
+			}
+			spans[b.Rank] = append(spans[b.Rank], span{off[i], off[i] + b.Bytes})
+			if b.Kind == ir.Staging {
+				staged[b.Rank] += b.Bytes
+			}
+		}
+		for r, n := range staged {
+			if rankStaging[r] < arena[r]+n || rankStaging[r] > rankBytes[r] {
+				t.Fatalf("rank %d: staging part %d, want at least %d and at most the block's %d", r, rankStaging[r], arena[r]+n, rankBytes[r])
+			}
+		}
+	}
+	for range 200 {
+		one(schedtest.Random(t, rng))
+	}
+	s := &ir.Schedule{}
+	for i, n := range []int64{100, bufferAlign - 1, bufferAlign, 3, bufferAlign + 1, 7 << 20, 1} {
+		s.Buffers = append(s.Buffers, ir.Buffer{ID: i, Rank: 0, Kind: ir.Input, Bytes: n})
+	}
+	one(s)
+}
