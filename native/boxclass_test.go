@@ -105,7 +105,7 @@ func TestPlacementAlignsLargeBuffers(t *testing.T) {
 			if b.InArena {
 				continue
 			}
-			want := int64(256)
+			want := smallAlign
 			if b.Bytes >= bufferAlign {
 				want = bufferAlign
 			}

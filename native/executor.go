@@ -3,8 +3,10 @@ package native
 import (
 	"encoding/binary"
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unsafe"
@@ -562,7 +564,7 @@ func align(n int64) int64 { return (n + 255) &^ 255 }
 // arena first (its largest arena_offset + bytes; arena buffers at their
 // offsets, so those whose ranges overlap share memory), then every other
 // buffer in schedule order, each at a multiple of bufferAlign when it holds
-// at least that many bytes and of 256 bytes otherwise. It returns each
+// at least that many bytes and of smallAlign otherwise. It returns each
 // buffer's offset in its rank's block, each rank's block size, and the
 // staging part of it (with the padding before its staging buffers). Buffers
 // skip reports (the caller's arrays) are left out.
@@ -582,9 +584,9 @@ func placement(s *ir.Schedule, skip func(buf int) bool) (off []int64, rankBytes,
 		if skip != nil && skip(i) {
 			continue // the caller's array (External)
 		}
-		at := align(rankBytes[b.Rank])
+		at := alignTo(rankBytes[b.Rank], smallAlign)
 		if b.Bytes >= bufferAlign {
-			at = (at + bufferAlign - 1) &^ (bufferAlign - 1)
+			at = alignTo(at, bufferAlign)
 		}
 		end := at + align(b.Bytes)
 		if b.Kind == ir.Staging {
@@ -596,12 +598,29 @@ func placement(s *ir.Schedule, skip func(buf int) bool) (off []int64, rankBytes,
 }
 
 // bufferAlign is where in its rank's block a buffer of at least this many
-// bytes starts: a multiple of 64 KiB, the GPU's large page. With 256-byte
-// alignment, copies pulled from a peer process's buffers over CUDA IPC ran
-// at 240-318 GB/s where the same copies in one process ran at 370-385 (two
-// H200s, dense-2gpu per GPU 32.7 ms against 23.1 one process; aligned, 24.7
-// ms; docs/native.md). The padding is at most 64 KiB a buffer.
-const bufferAlign = 64 << 10
+// bytes starts: a multiple of 2 MiB, the GPU's large page; smaller buffers
+// start at multiples of smallAlign (256 bytes). With every buffer 256-byte
+// aligned, copies pulled from a peer process's buffers over CUDA IPC ran at
+// 240-318 GB/s where the same copies in one process ran at 370-385 (two
+// H200s: dense-2gpu per GPU 32.7 ms against 23.1 one process; aligned,
+// 24.5 ms). Copies pushed with flags (FP8 per GPU) were as fast with 256
+// bytes or 2 MiB but slower with 64 KiB (23.1 against 17.3 ms), and slower
+// still with the small buffers at 2 MiB too: docs/native.md has the table.
+// The padding is under 2 MiB a large buffer.
+//
+var bufferAlign, smallAlign = envPow2("M2N_BUFFER_ALIGN", 2<<20), envPow2("M2N_SMALL_ALIGN", 256)
+
+func alignTo(n, a int64) int64 { return (n + a - 1) &^ (a - 1) }
+
+// envPow2 is the environment variable name's value if it is a power of two
+// of at least 256, else def.
+func envPow2(name string, def int64) int64 {
+	v, err := strconv.ParseInt(os.Getenv(name), 10, 64)
+	if err != nil || v < 256 || v&(v-1) != 0 {
+		return def
+	}
+	return v
+}
 
 // Close releases device memory and the device layer.
 func (x *Executor) Close() error {
