@@ -607,7 +607,6 @@ func placement(s *ir.Schedule, skip func(buf int) bool) (off []int64, rankBytes,
 // bytes or 2 MiB but slower with 64 KiB (23.1 against 17.3 ms), and slower
 // still with the small buffers at 2 MiB too: docs/native.md has the table.
 // The padding is under 2 MiB a large buffer.
-//
 var bufferAlign, smallAlign = envPow2("M2N_BUFFER_ALIGN", 2<<20), envPow2("M2N_SMALL_ALIGN", 256)
 
 func alignTo(n, a int64) int64 { return (n + a - 1) &^ (a - 1) }
