@@ -2,11 +2,11 @@ package native
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/layout"
+	"github.com/m2n-project/m2n/program"
 )
 
 // quantArgs mirrors struct QuantArgs in kernels/copy.cu, field for field.
@@ -118,24 +118,8 @@ func planQuantArrays(src, dst, scale uint64, sst, dstS, scS, size []int64, br, b
 	for d := 0; d < nd-1; d++ {
 		a.SrcStride[d], a.DstStride[d], a.ScaleStride[d] = sst[d], dstS[d], scS[d]
 	}
-	// Vectors when every block row is whole 16-byte source vectors and
-	// V-byte destination words.
-	v := int64(16 / elem)
-	ok := bc%v == 0 && a.Cols%v == 0 && src%16 == 0 && dst%uint64(v) == 0
-	for d := 0; d < nd-1; d++ {
-		ok = ok && (sst[d]*elem)%16 == 0 && dstS[d]%v == 0
-	}
-	if !ok {
-		v = 1
-	}
-	// The 128 x 128 kernels: 16-bit sources in vectors, whole-width blocks.
-	if v == 8 && br == 128 && bc == 128 && a.Cols%128 == 0 && a.Lead*a.NBR*a.NBC < 1<<31 && slices.Max(size) < 1<<31 {
-		if sdt == 1 {
-			return a, "quantize_e4m3_b128_bf16"
-		}
-		return a, "quantize_e4m3_b128_fp16"
-	}
-	return a, fmt.Sprintf("quantize_e4m3_%d", v)
+	_, kernel := program.QuantKernelName(src, dst, sst, dstS, size, br, bc, elem, sdt == 1)
+	return a, kernel
 }
 
 // quantGrid is the launch of a quantize kernel over nb quantization blocks

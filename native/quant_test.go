@@ -3,6 +3,7 @@ package native
 import (
 	"github.com/m2n-project/m2n/internal/schedtest"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -135,5 +136,72 @@ func TestPlanQuantKernel(t *testing.T) {
 			t.Errorf("%v in %dx%d blocks, dtype %d at %#x: %s on %d x %d threads; want %s on %d x %d", c.size, c.br, c.bc, c.sdt, c.src,
 				kernel, grid, threads, c.want, c.grid, c.threads)
 		}
+	}
+}
+
+// The model classes every quantize op as the executor launches it:
+// program.QuantKernelOf, from the schedule alone, names the kernel family
+// planQuant picks from the addresses placement gives (random quantized
+// schedules, with and without a staging cap's arena).
+func TestQuantKernelOfMatchesExecutor(t *testing.T) {
+	rng := rand.New(rand.NewPCG(61, 62))
+	seen := map[program.QuantKernel]int{}
+	tp, _ := topo.Preset("hgx-h200")
+	tp.GPUsPerDomain, tp.Domains = 4, 3
+	b128 := func() *ir.Schedule { // shapes of whole 128 x 128 blocks, the fast kernel's
+		for {
+			shape := []int64{1 + rng.Int64N(3), 128 * (1 + rng.Int64N(4)), 128 * (1 + rng.Int64N(4))}
+			src := schedtest.Layout(rng, shape, []int{0, 1, 2, 3})
+			dst := schedtest.Layout(rng, shape, []int{4, 5, 6, 7})
+			src.DType, dst.DType = layout.BF16, layout.FP8E4M3
+			q := layout.Quant{Scheme: layout.QuantScheme(1), Block: [2]int64{128, 128}}
+			if src.Mesh.Validate() != nil || dst.Mesh.Validate() != nil || layout.CheckBlocks(dst, q) != nil {
+				continue
+			}
+			opt := plan.Options{Route: plan.Routes[rng.IntN(len(plan.Routes))], ChunkBytes: 1 << (10 + rng.IntN(8))}
+			if rng.IntN(2) == 0 {
+				opt.StagingCapBytes = 1 << 20
+			}
+			s, err := plan.Build([]ir.Tensor{{Name: "w.weight", Src: src, Dst: dst, Quant: q}}, tp, opt)
+			if err != nil {
+				continue // a cap below a unit's need
+			}
+			return s
+		}
+	}
+	for k := range 160 {
+		s := quantSchedule(t, rng)
+		if k%2 == 1 {
+			s = b128()
+		}
+		off, _, _ := placement(s, nil)
+		x := &Executor{s: s, bufAddr: make([]uint64, len(s.Buffers))}
+		for i := range s.Buffers {
+			x.bufAddr[i] = 1<<40 + uint64(s.Buffers[i].Rank)<<32 + uint64(off[i])
+		}
+		for i := range s.Ops {
+			if s.Ops[i].Kind != ir.Quantize {
+				continue
+			}
+			_, kernel, err := x.planQuant(int32(i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := program.QuantGeneric
+			if strings.HasPrefix(kernel, "quantize_e4m3_b128_") {
+				want = program.QuantB128
+			}
+			got, err := program.QuantKernelOf(s, int32(i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != want {
+				t.Fatalf("op %d (%s): QuantKernelOf says %v, the executor runs %s", i, s.Route, got, kernel)
+			}
+			seen[got]++
+		}
+	}
+	if seen[program.QuantB128] == 0 || seen[program.QuantGeneric] == 0 {
+		t.Errorf("kernels seen %v: want both", seen)
 	}
 }

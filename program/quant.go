@@ -1,0 +1,122 @@
+package program
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/m2n-project/m2n/ir"
+	"github.com/m2n-project/m2n/model/layout"
+)
+
+// QuantKernel is which quantize kernel the executor runs for a quantize op.
+type QuantKernel uint8
+
+const (
+	// QuantB128 is the 128 x 128 kernel (quantize_e4m3_b128_*): 16-bit
+	// sources in 16-byte vectors, whole-width 128 x 128 blocks.
+	QuantB128 QuantKernel = iota
+	// QuantGeneric is the kernel of any other block shape (per channel, per
+	// tensor, unaligned or fp32 sources; quantize_e4m3_1, _4 and _8): a
+	// thread block a quantization block, an amax pass then a quantize pass.
+	QuantGeneric
+)
+
+func (k QuantKernel) String() string {
+	if k == QuantB128 {
+		return "128 x 128"
+	}
+	return "generic"
+}
+
+// QuantKernelName chooses the kernel that quantizes a box of size (its last
+// two dims cut in blocks of br x bc) of elem-byte source elements at address
+// src with element strides sst (all but the last dim), into fp8 at address
+// dst with strides dstS: the vector width v (8, 4 or 1 source elements) and
+// the kernel's name. The executor launches what it returns; the model
+// classes the op with the same function (QuantKernelOf).
+func QuantKernelName(src, dst uint64, sst, dstS, size []int64, br, bc, elem int64, bf16 bool) (v int64, name string) {
+	nd := len(size)
+	// Vectors when every block row is whole 16-byte source vectors and
+	// V-byte destination words.
+	v = 16 / elem
+	ok := bc%v == 0 && size[nd-1]%v == 0 && src%16 == 0 && dst%uint64(v) == 0
+	for d := 0; d < nd-1; d++ {
+		ok = ok && (sst[d]*elem)%16 == 0 && dstS[d]%v == 0
+	}
+	if !ok {
+		v = 1
+	}
+	lead := int64(1)
+	for d := 0; d < nd-2; d++ {
+		lead *= size[d]
+	}
+	nb := lead * ((size[nd-2] + br - 1) / br) * ((size[nd-1] + bc - 1) / bc)
+	// The 128 x 128 kernels: 16-bit sources in vectors, whole-width blocks.
+	if v == 8 && br == 128 && bc == 128 && size[nd-1]%128 == 0 && nb < 1<<31 && slices.Max(size) < 1<<31 {
+		if bf16 {
+			return v, "quantize_e4m3_b128_bf16"
+		}
+		return v, "quantize_e4m3_b128_fp16"
+	}
+	return v, fmt.Sprintf("quantize_e4m3_%d", v)
+}
+
+// QuantKernelOf returns the kernel the executor runs for quantize op i of s,
+// taking every buffer to start 16-byte aligned (the executor aligns them to
+// 256 bytes at least).
+func QuantKernelOf(s *ir.Schedule, i int32) (QuantKernel, error) {
+	op := &s.Ops[i]
+	if op.Kind != ir.Quantize {
+		return 0, fmt.Errorf("op %d is a %v, not a quantize", i, op.Kind)
+	}
+	t := &s.Tensors[s.Buffers[op.Src.Buf].Tensor]
+	box, ok := s.GlobalBox(op.Src)
+	if !ok {
+		return 0, fmt.Errorf("op %d: quantizes a byte range that is not a box", i)
+	}
+	elem := t.Src.DType.Size()
+	src, sst := RegionArray(s, op.Src, box.Size, elem)
+	dst, dstS := RegionArray(s, op.Dst, box.Size, 1)
+	for _, r := range []struct {
+		at  *int64
+		buf int32
+	}{{&src, op.Src.Buf}, {&dst, op.Dst.Buf}} {
+		if b := &s.Buffers[r.buf]; b.InArena {
+			*r.at += b.ArenaOffset // the staging arena starts aligned; its buffers need not
+		}
+	}
+	br, bc := t.Quant.Blocks(t.Src.Shape)
+	_, name := QuantKernelName(uint64(src), uint64(dst), sst, dstS, box.Size, br, bc, elem, t.Src.DType == layout.BF16)
+	if name == "quantize_e4m3_b128_bf16" || name == "quantize_e4m3_b128_fp16" {
+		return QuantB128, nil
+	}
+	return QuantGeneric, nil
+}
+
+// RegionArray returns where a region's box starts in its buffer (its first
+// element's byte offset) and the element strides of the buffer around it: a
+// box of a placed buffer inside the buffer's box; a byte range holds its box
+// dense (size, row-major).
+func RegionArray(s *ir.Schedule, r ir.Region, size []int64, elem int64) (int64, []int64) {
+	if r.IsBox() {
+		b := &s.Buffers[r.Buf]
+		st := RowMajor(b.Box.Size)
+		var off int64
+		for d, v := range s.Box(r).Start {
+			off += v * st[d]
+		}
+		return off * elem, st
+	}
+	return r.Offset, RowMajor(size)
+}
+
+// RowMajor returns the element strides of a row-major array of shape full.
+func RowMajor(full []int64) []int64 {
+	st := make([]int64, len(full))
+	n := int64(1)
+	for d := len(full) - 1; d >= 0; d-- {
+		st[d] = n
+		n *= full[d]
+	}
+	return st
+}
