@@ -58,6 +58,11 @@ type BoxSample struct {
 // scenario (the held-out runs must not share the benches' shapes).
 var QuantShape = []int64{24, 2048, 5120}
 
+// QuantGenShape is the box the generic quantize bench quantizes whole, in
+// per-channel scales (a scale a row): the generic kernel's rate (as
+// QuantShape, a generic shape, none of the held-out runs').
+var QuantGenShape = []int64{3072, 6144}
+
 // BoxCases are the pack classes' representative boxes (docs/native.md),
 // each of 256-512 MiB so that a kernel's fixed cost is below 2% of it:
 // rows of 12 KiB (a shape of no shipped scenario), rows of 128 bytes, and rows

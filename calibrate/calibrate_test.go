@@ -18,7 +18,7 @@ func truth() *topo.Topology {
 	t.Memory = units.GBps(4200)
 	t.LatencyLocal = 2500 * units.Nanosecond
 	t.NVLink, t.NIC, t.NICLine = units.GBps(350), units.GBps(350), units.GBps(450)
-	t.Executor = topo.Executor{PackLong: 0.88, PackShort: 0.8, PackStage: 0.65, Quantize: 0.3, BatchShared: 0.27}
+	t.Executor = topo.Executor{PackLong: 0.88, PackShort: 0.8, PackStage: 0.65, Quantize: 0.3, QuantizeGeneric: 0.12, BatchShared: 0.27}
 	t.Executor.Costs[topo.OneProcess] = topo.ExecCosts{PairRate: units.GBps(365), DuplexRate: units.GBps(610), XferLatency: 6 * units.Microsecond,
 		GroupLatency: 4 * units.Microsecond, HostGroup: 5 * units.Microsecond, HostXfer: 2 * units.Microsecond, HostLaunch: 3 * units.Microsecond, HostEvent: 900 * units.Nanosecond,
 		StartLatency: 20 * units.Microsecond, BoxLatency: 2 * units.Microsecond, Ramp: []topo.RampPoint{{Bytes: 8 << 20}, {Bytes: 32 << 20, Extra: 9 * units.Microsecond}, {Bytes: 64 << 20, Extra: 25 * units.Microsecond}}}
@@ -66,6 +66,9 @@ func measure(t *testing.T, tp *topo.Topology, launch topo.Launch) Input {
 		qb *= n
 	}
 	in.Quant, in.QuantBytes = []units.Time{units.Time(float64(qb) / (tp.Executor.Quantize * float64(tp.Memory)) * 1e12)}, qb
+	// The generic kernel at its own: the source read, fp8 and a scale a row written.
+	gb := 3*QuantGenShape[0]*QuantGenShape[1] + 4*QuantGenShape[0]
+	in.QuantGen, in.QuantGenBytes = []units.Time{units.Time(float64(gb) / (tp.Executor.QuantizeGeneric * float64(tp.Memory)) * 1e12)}, gb
 	// The batch on the whole GPU at the long class's rate, and on the
 	// grid left beside NCCL at batch_shared of it.
 	bb := BatchCase.Elem
@@ -113,6 +116,7 @@ func TestFitRecoversTheModel(t *testing.T) {
 		near("pack_short", f.PackShort, tp.Executor.PackShort, 0.01)
 		near("pack_stage", f.PackStage, tp.Executor.PackStage, 0.01)
 		near("quantize", f.Quantize, tp.Executor.Quantize, 0.01)
+		near("quantize_generic", f.QuantGeneric, tp.Executor.QuantizeGeneric, 0.01)
 		near("batch_shared", f.BatchShared, tp.Executor.BatchShared, 0.01)
 		// One pair alone runs at the lesser of its cap and the link.
 		near("pair_rate", float64(f.Costs.PairRate), math.Min(float64(want.PairRate), float64(tp.NVLink)), 0.01)

@@ -23,6 +23,7 @@ type Fit struct {
 	PackShort    float64
 	PackStage    float64
 	Quantize     float64
+	QuantGeneric float64 // 0: not measured
 	BatchShared  float64 // 0: not measured
 	// Costs are the launch mode's executor costs.
 	Costs topo.ExecCosts
@@ -47,6 +48,11 @@ type Input struct {
 	// QuantBytes the bytes each moves; none: no quantize rate.
 	Quant      []units.Time
 	QuantBytes int64
+	// QuantGen is the generic quantize kernel's times on QuantGenShape in
+	// per-channel scales (sorted), and QuantGenBytes the bytes each moves;
+	// none: no quantize_generic.
+	QuantGen      []units.Time
+	QuantGenBytes int64
 	// BatchWhole and BatchShared are the batch bench's times (BatchCase)
 	// on the whole GPU's grid and on the grid left beside NCCL (sorted);
 	// none: no batch_shared.
@@ -171,6 +177,14 @@ func fitting(in Input) (*Fit, error) {
 		f.Measurements = append(f.Measurements, scenario.MeasurementSpec{Constant: "executor.quantize", Value: fmt.Sprintf("%.3f", f.Quantize),
 			Min: fmt.Sprintf("%.3f", q(in.Quant[len(in.Quant)-1])), Max: fmt.Sprintf("%.3f", q(in.Quant[0])), Samples: len(in.Quant),
 			Fit:     fmt.Sprintf("bytes read and written / median quantize of a %v bf16 box in 128 x 128 blocks / memory", QuantShape),
+			Command: in.Command, Date: in.Date, Machine: in.Machine})
+	}
+	if len(in.QuantGen) > 0 {
+		q := func(t units.Time) float64 { return float64(in.QuantGenBytes) / t.Seconds() / float64(f.Memory) }
+		f.QuantGeneric = math.Min(1, math.Round(q(median(in.QuantGen))*1000)/1000)
+		f.Measurements = append(f.Measurements, scenario.MeasurementSpec{Constant: "executor.quantize_generic", Value: fmt.Sprintf("%.3f", f.QuantGeneric),
+			Min: fmt.Sprintf("%.3f", q(in.QuantGen[len(in.QuantGen)-1])), Max: fmt.Sprintf("%.3f", q(in.QuantGen[0])), Samples: len(in.QuantGen),
+			Fit:     fmt.Sprintf("bytes read and written / median quantize of a %v bf16 box in per-channel scales (1 x %d blocks; the generic kernel) / memory", QuantGenShape, QuantGenShape[len(QuantGenShape)-1]),
 			Command: in.Command, Date: in.Date, Machine: in.Machine})
 	}
 	if len(in.BatchWhole) > 0 && len(in.BatchShared) > 0 {
@@ -332,6 +346,7 @@ func (f *Fit) check() error {
 		{"pack_short (short-runs box)", f.PackShort, true},
 		{"pack_stage (staged box)", f.PackStage, true},
 		{"quantize", f.Quantize, true},
+		{"quantize_generic", f.QuantGeneric, true},
 		{"batch_shared (batch)", f.BatchShared, true},
 	} {
 		if r.v == 0 {

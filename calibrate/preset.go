@@ -27,6 +27,7 @@ func Apply(t *topo.Topology, f *Fit) {
 	t.LatencyLocal = f.LatencyLocal
 	t.Executor.PackLong, t.Executor.PackShort, t.Executor.PackStage, t.Executor.Quantize = f.PackLong, f.PackShort, f.PackStage, f.Quantize
 	t.Executor.BatchShared = f.BatchShared
+	t.Executor.QuantizeGeneric = f.QuantGeneric
 	if f.NVLink > 0 {
 		// Scenarios with one GPU per virtual domain model NVLink between
 		// the two GPUs as their network: both carry the pair's values.
@@ -93,8 +94,8 @@ func constants(t *topo.Topology) []constant {
 	for _, p := range []struct {
 		name string
 		v    float64
-	}{{"pack_long", x.PackLong}, {"pack_short", x.PackShort}, {"pack_stage", x.PackStage}, {"quantize", x.Quantize}, {"batch_shared", x.BatchShared}} {
-		if p.name == "batch_shared" && p.v == 0 { // 0: not measured (1), not written
+	}{{"pack_long", x.PackLong}, {"pack_short", x.PackShort}, {"pack_stage", x.PackStage}, {"quantize", x.Quantize}, {"quantize_generic", x.QuantizeGeneric}, {"batch_shared", x.BatchShared}} {
+		if (p.name == "batch_shared" || p.name == "quantize_generic") && p.v == 0 { // 0: not measured, not written
 			continue
 		}
 		cs = append(cs, constant{"executor", p.name, fmt.Sprintf("%.3f", p.v), 0})

@@ -33,6 +33,7 @@ type samplesDoc struct {
 	Boxes          map[string]boxDoc   `json:"boxes"`
 	QuantizePS     []int64             `json:"quantize_ps"`
 	Batch          *batchDoc           `json:"batch,omitempty"`
+	QuantGen       *quantGenDoc        `json:"quantize_generic,omitempty"`
 	QuantizeBytes  int64               `json:"quantize_bytes"`
 	Command        string              `json:"command"`
 	Date           string              `json:"date"`
@@ -51,6 +52,13 @@ type benchDoc struct {
 
 // batchDoc is the batch bench's times on the whole GPU and on the grid
 // left beside NCCL.
+// quantGenDoc is the generic quantize bench's times (QuantGenShape) and
+// the bytes each moves.
+type quantGenDoc struct {
+	PS    []int64 `json:"ps"`
+	Bytes int64   `json:"bytes"`
+}
+
 type batchDoc struct {
 	WholePS  []int64 `json:"whole_ps"`
 	SharedPS []int64 `json:"shared_ps"`
@@ -78,6 +86,9 @@ func WriteSamples(w io.Writer, in Input) error {
 	d := samplesDoc{Version: SamplesVersion, Launch: in.Launch.String(), GPUsPerProcess: in.GPUsPerProcess,
 		Benches: map[string]benchDoc{}, Boxes: map[string]boxDoc{}, QuantizePS: ps(in.Quant), QuantizeBytes: in.QuantBytes,
 		Command: in.Command, Date: in.Date, Machine: in.Machine}
+	if len(in.QuantGen) > 0 {
+		d.QuantGen = &quantGenDoc{PS: ps(in.QuantGen), Bytes: in.QuantGenBytes}
+	}
 	if len(in.BatchWhole) > 0 || len(in.BatchShared) > 0 {
 		d.Batch = &batchDoc{WholePS: ps(in.BatchWhole), SharedPS: ps(in.BatchShared)}
 	}
@@ -184,6 +195,15 @@ func ReadSamples(data []byte) (Input, error) {
 		}
 		if d.QuantizeBytes <= 0 {
 			return Input{}, fmt.Errorf("samples: quantize_bytes = %d: must be positive with quantize_ps", d.QuantizeBytes)
+		}
+	}
+	if d.QuantGen != nil {
+		var err error
+		if in.QuantGen, err = times("quantize_generic.ps", d.QuantGen.PS); err != nil {
+			return Input{}, err
+		}
+		if in.QuantGenBytes = d.QuantGen.Bytes; in.QuantGenBytes <= 0 {
+			return Input{}, fmt.Errorf("samples: quantize_generic.bytes = %d: must be positive", d.QuantGen.Bytes)
 		}
 	}
 	if d.Batch != nil {

@@ -249,10 +249,10 @@ func TimeBatchCopy(dev int, full, start, size []int64, elem int64, pieces, reps 
 
 // TimeQuantize times, on one GPU, the quantize kernel on a bf16 box of
 // size at start in a row-major array of shape full (its last two dims in
-// 128 x 128 blocks), filled with trainer-like weights (a normal
+// br x bc blocks), filled with trainer-like weights (a normal
 // distribution, sigma 0.02): reps timed runs after a warm-up, in device
 // time; and the bytes each moves (source read, fp8 and scales written).
-func TimeQuantize(dev int, full, start, size []int64, reps int) (times []units.Time, bytes int64, err error) {
+func TimeQuantize(dev int, full, start, size []int64, br, bc int64, reps int) (times []units.Time, bytes int64, err error) {
 	g, err := newCUDA([]int{dev}, time.Minute)
 	if err != nil {
 		return nil, 0, err
@@ -264,7 +264,7 @@ func TimeQuantize(dev int, full, start, size []int64, reps int) (times []units.T
 		fullBytes *= full[k]
 		n *= size[k]
 	}
-	sb := append(append([]int64(nil), size[:nd-2]...), (size[nd-2]+127)/128, (size[nd-1]+127)/128)
+	sb := append(append([]int64(nil), size[:nd-2]...), (size[nd-2]+br-1)/br, (size[nd-1]+bc-1)/bc)
 	nsc := int64(1)
 	for _, v := range sb {
 		nsc *= v
@@ -288,7 +288,7 @@ func TimeQuantize(dev int, full, start, size []int64, reps int) (times []units.T
 		off += start[d] * sst[d]
 	}
 	scale := out + uint64((n+255)&^255)
-	a, kernel := planQuantArrays(src+uint64(2*off), out, scale, sst, rowMajor(size), rowMajor(sb), size, 128, 128, 1, 2)
+	a, kernel := planQuantArrays(src+uint64(2*off), out, scale, sst, rowMajor(size), rowMajor(sb), size, br, bc, 1, 2)
 	st, err := g.newStream(dev)
 	if err != nil {
 		return nil, 0, err

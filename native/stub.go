@@ -43,6 +43,6 @@ func TimeBoxCopy(dev int, full, start, size []int64, elem int64, reps int) (pack
 func NCCLVersion() (int, error) { return 0, ErrNotSupported }
 
 // TimeQuantize reports ErrNotSupported in builds without cgo.
-func TimeQuantize(dev int, full, start, size []int64, reps int) (times []units.Time, bytes int64, err error) {
+func TimeQuantize(dev int, full, start, size []int64, br, bc int64, reps int) (times []units.Time, bytes int64, err error) {
 	return nil, 0, ErrNotSupported
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/model/units"
+	"github.com/m2n-project/m2n/plan"
 )
 
 // The executor model's costs, each pinned by the time of a one-op
@@ -252,5 +253,46 @@ func TestModelPushedCopyWaitsForReceiver(t *testing.T) {
 			t.Fatal(err)
 		}
 		within(t, "pushed copy waiting for its receiver, "+c.launch.String(), r.Makespan, c.want)
+	}
+}
+
+// A quantize runs at the rate of the kernel the executor picks for it
+// (program.QuantKernelOf): whole-width 128 x 128 blocks of bf16 at
+// quantize of memory, per-channel scales (the generic kernel) at
+// quantize_generic, and at quantize where the preset has no generic rate.
+// Its bytes: the source read, fp8 and scales written.
+func TestModelQuantizeKernelFormula(t *testing.T) {
+	mesh := layout.Mesh{Shape: []int{1}, Ranks: []int{0}}
+	for _, c := range []struct {
+		name    string
+		q       layout.Quant
+		generic float64
+		rate    float64
+	}{
+		{"128 x 128", layout.Quant{Scheme: layout.QuantBlock, Block: [2]int64{128, 128}}, 0.2, 0.8},
+		{"per channel", layout.Quant{Scheme: layout.QuantChannel}, 0.2, 0.2},
+		{"per channel, no generic rate", layout.Quant{Scheme: layout.QuantChannel}, 0, 0.8},
+	} {
+		shape := []int64{1024, 4096}
+		src := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: mesh, Placements: []layout.Placement{layout.R}}
+		dst := src
+		dst.DType = layout.FP8E4M3
+		tp := machine()
+		tp.Executor.QuantizeGeneric = c.generic
+		s, err := plan.Build([]ir.Tensor{{Name: "w", Src: src, Dst: dst, Quant: c.q}}, tp, plan.Options{Route: plan.Flat, ChunkBytes: 1 << 30})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.Ops) != 1 || s.Ops[0].Kind != ir.Quantize {
+			t.Fatalf("%s: want one quantize, got %d ops", c.name, len(s.Ops))
+		}
+		br, bc := c.q.Blocks(shape)
+		n := shape[0] * shape[1]
+		bytes := 2*n + n + 4*((shape[0]+br-1)/br)*((shape[1]+bc-1)/bc)
+		r, err := Run(s, tp, Options{Loopback: true, Exec: Exec{Transport: "copy", Graph: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		within(t, c.name, r.Makespan, tp.LatencyLocal+seconds(bytes, units.Bandwidth(c.rate*float64(tp.Memory))))
 	}
 }

@@ -151,6 +151,10 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 	if x.Quantize > 0 {
 		quantCoef = 1 / x.Quantize
 	}
+	quantGenCoef := quantCoef
+	if x.QuantizeGeneric > 0 {
+		quantGenCoef = 1 / x.QuantizeGeneric
+	}
 	packRate := func(c program.BoxClass) float64 {
 		if c == program.Contiguous {
 			return copyCoef
@@ -194,7 +198,14 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 				op := s.Ops[o]
 				ds := all
 				coef := quantCoef
-				if op.Kind != ir.Quantize {
+				if op.Kind == ir.Quantize {
+					// the kernel the executor runs for it, at its own rate
+					if k, err := program.QuantKernelOf(s, o); err != nil {
+						return nil, err
+					} else if k == program.QuantGeneric {
+						coef = quantGenCoef
+					}
+				} else {
 					coef = packRate(program.ClassOf(s, &op))
 					// A batch beside NCCL kernels runs on the grid they
 					// leave it (waves mode): its copies at that share of

@@ -59,6 +59,7 @@ type ExecutorSpec struct {
 	PackShort   *float64       `toml:"pack_short"`
 	PackStage   *float64       `toml:"pack_stage"`
 	Quantize    *float64       `toml:"quantize"`
+	QuantizeGen *float64       `toml:"quantize_generic"`
 	BatchShared *float64       `toml:"batch_shared"`
 	OneProcess  *ExecCostsSpec `toml:"one_process"`
 	PerGPU      *ExecCostsSpec `toml:"per_gpu"`

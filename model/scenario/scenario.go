@@ -674,6 +674,7 @@ func applyTopology(t *topo.Topology, ts TopologySpec) error {
 		setF(&x.PackShort, e.PackShort)
 		setF(&x.PackStage, e.PackStage)
 		setF(&x.Quantize, e.Quantize)
+		setF(&x.QuantizeGeneric, e.QuantizeGen)
 		setF(&x.BatchShared, e.BatchShared)
 		for l, c := range []*ExecCostsSpec{topo.OneProcess: e.OneProcess, topo.PerGPU: e.PerGPU} {
 			if c == nil {

@@ -200,7 +200,11 @@ func (t *Topology) Describe() string {
 	fmt.Fprintf(&b, "fabric: %s\n", over)
 	fmt.Fprintf(&b, "op start latency: NVLink %v, network %v, local %v\n", t.LatencyNVLink, t.LatencyNet, t.LatencyLocal)
 	if e := &t.Executor; !e.IsZero() {
-		fmt.Fprintf(&b, "executor: pack/unpack at %.2f/%.2f/%.2f of memory (long/short/staged rows), quantize at %.2f, a batch beside NCCL at %.2f of its rate\n", e.PackLong, e.PackShort, e.PackStage, e.Quantize, e.BatchShared)
+		gen := ""
+		if e.QuantizeGeneric > 0 {
+			gen = fmt.Sprintf(" (the generic kernel at %.2f)", e.QuantizeGeneric)
+		}
+		fmt.Fprintf(&b, "executor: pack/unpack at %.2f/%.2f/%.2f of memory (long/short/staged rows), quantize at %.2f%s, a batch beside NCCL at %.2f of its rate\n", e.PackLong, e.PackShort, e.PackStage, e.Quantize, gen, e.BatchShared)
 		for l, c := range e.Costs {
 			fmt.Fprintf(&b, "executor, %s: pair %v, duplex %v, copies %v, send/recv %v (+ ramp %v), group %v, start %v, box kernel %v; host: group %v, send/recv %v, launch %v, event %v\n",
 				Launch(l), c.PairRate, c.DuplexRate, c.CopyRate, c.XferLatency, c.Ramp, c.GroupLatency, c.StartLatency, c.BoxLatency, c.HostGroup, c.HostXfer, c.HostLaunch, c.HostEvent)
@@ -251,6 +255,10 @@ type Executor struct {
 	// Quantize is the quantize kernel's rate (bytes read plus written:
 	// source, fp8 and scales) as a fraction of Memory; 0 means 1.
 	Quantize float64
+	// QuantizeGeneric is the same for the generic quantize kernel (any
+	// block shape but whole-width 128 x 128 blocks of 16-bit sources, such
+	// as per-channel scales; program.QuantKernelOf); 0 means Quantize's.
+	QuantizeGeneric float64
 	// BatchShared is the rate of a batch kernel of box copies on the grid
 	// it is left beside NCCL kernels (waves mode), as a fraction of the
 	// same batch on the whole GPU; 0 means 1.
@@ -304,7 +312,7 @@ func (e *Executor) IsZero() bool {
 			return false
 		}
 	}
-	return e.PackLong == 0 && e.PackShort == 0 && e.PackStage == 0 && e.Quantize == 0 && e.BatchShared == 0
+	return e.PackLong == 0 && e.PackShort == 0 && e.PackStage == 0 && e.Quantize == 0 && e.QuantizeGeneric == 0 && e.BatchShared == 0
 }
 
 // IsZero reports whether no cost of the launch mode is set.
@@ -345,7 +353,7 @@ func (e *Executor) validate() []error {
 	for _, f := range []struct {
 		name string
 		v    float64
-	}{{"executor.pack_long", e.PackLong}, {"executor.pack_short", e.PackShort}, {"executor.pack_stage", e.PackStage}, {"executor.quantize", e.Quantize}} {
+	}{{"executor.pack_long", e.PackLong}, {"executor.pack_short", e.PackShort}, {"executor.pack_stage", e.PackStage}, {"executor.quantize", e.Quantize}, {"executor.quantize_generic", e.QuantizeGeneric}} {
 		if !(f.v >= 0 && f.v <= 1) { // NaN too
 			errs = append(errs, fmt.Errorf("%s = %g: must be a fraction of memory bandwidth, in [0, 1] (0: 1)", f.name, f.v))
 		}
