@@ -182,6 +182,9 @@ func fitting(in Input) (*Fit, error) {
 	if len(in.QuantGen) > 0 {
 		q := func(t units.Time) float64 { return float64(in.QuantGenBytes) / t.Seconds() / float64(f.Memory) }
 		f.QuantGeneric = math.Min(1, math.Round(q(median(in.QuantGen))*1000)/1000)
+		if !(f.QuantGeneric > 0) {
+			return nil, fmt.Errorf("calibrate: quantize_generic (quantize-generic) came out %g: %d bytes in a median %v cannot be a run of the bench", f.QuantGeneric, in.QuantGenBytes, median(in.QuantGen))
+		}
 		f.Measurements = append(f.Measurements, scenario.MeasurementSpec{Constant: "executor.quantize_generic", Value: fmt.Sprintf("%.3f", f.QuantGeneric),
 			Min: fmt.Sprintf("%.3f", q(in.QuantGen[len(in.QuantGen)-1])), Max: fmt.Sprintf("%.3f", q(in.QuantGen[0])), Samples: len(in.QuantGen),
 			Fit:     fmt.Sprintf("bytes read and written / median quantize of a %v bf16 box in per-channel scales (1 x %d blocks; the generic kernel) / memory", QuantGenShape, QuantGenShape[len(QuantGenShape)-1]),
@@ -346,7 +349,7 @@ func (f *Fit) check() error {
 		{"pack_short (short-runs box)", f.PackShort, true},
 		{"pack_stage (staged box)", f.PackStage, true},
 		{"quantize", f.Quantize, true},
-		{"quantize_generic", f.QuantGeneric, true},
+		{"quantize_generic (quantize-generic)", f.QuantGeneric, true},
 		{"batch_shared (batch)", f.BatchShared, true},
 	} {
 		if r.v == 0 {

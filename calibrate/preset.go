@@ -17,17 +17,27 @@ import (
 // costs only, so that both modes can be measured into one preset (and
 // the machine constants too while the preset has no one-process fit). The constants it
 // sets from others (nic from nvlink, the latencies from xfer_latency) get
-// a derived record each, appended to f.Measurements.
+// a derived record each, appended to f.Measurements. A constant a fit may
+// leave unmeasured (batch_shared, quantize_generic: 0) keeps the preset's
+// value and record; a per-GPU fit sets it where the preset has none.
 func Apply(t *topo.Topology, f *Fit) {
+	x := &t.Executor
+	optional := func(v *float64, fit float64, only bool) {
+		if fit > 0 && (!only || *v == 0) {
+			*v = fit
+		}
+	}
 	// The machine constants are the one-process fit's where there is one.
-	if t.Executor.Costs[f.Launch] = f.Costs; f.Launch != topo.OneProcess && !t.Executor.Costs[topo.OneProcess].IsZero() {
+	if x.Costs[f.Launch] = f.Costs; f.Launch != topo.OneProcess && !x.Costs[topo.OneProcess].IsZero() {
+		optional(&x.BatchShared, f.BatchShared, true)
+		optional(&x.QuantizeGeneric, f.QuantGeneric, true)
 		return
 	}
 	t.Memory = f.Memory
 	t.LatencyLocal = f.LatencyLocal
-	t.Executor.PackLong, t.Executor.PackShort, t.Executor.PackStage, t.Executor.Quantize = f.PackLong, f.PackShort, f.PackStage, f.Quantize
-	t.Executor.BatchShared = f.BatchShared
-	t.Executor.QuantizeGeneric = f.QuantGeneric
+	x.PackLong, x.PackShort, x.PackStage, x.Quantize = f.PackLong, f.PackShort, f.PackStage, f.Quantize
+	optional(&x.BatchShared, f.BatchShared, false)
+	optional(&x.QuantizeGeneric, f.QuantGeneric, false)
 	if f.NVLink > 0 {
 		// Scenarios with one GPU per virtual domain model NVLink between
 		// the two GPUs as their network: both carry the pair's values.

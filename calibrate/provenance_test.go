@@ -15,6 +15,13 @@ import (
 // preset as written and read back.
 func calibrated(t *testing.T, launches ...topo.Launch) (*topo.Topology, []scenario.MeasurementSpec) {
 	t.Helper()
+	return calibratedWithout(t, nil, launches...)
+}
+
+// calibratedWithout is calibrated with the optional benches (the generic
+// quantize, the batch) left out of the fits whose index is in without.
+func calibratedWithout(t *testing.T, without map[int]bool, launches ...topo.Launch) (*topo.Topology, []scenario.MeasurementSpec) {
+	t.Helper()
 	tp := truth()
 	p := topology()
 	p.Domains = 1
@@ -22,6 +29,9 @@ func calibrated(t *testing.T, launches ...topo.Launch) (*topo.Topology, []scenar
 	for i, launch := range launches {
 		in := measure(t, tp, launch)
 		in.Command, in.Date, in.Machine = "m2n calibrate", "2026-11-30T00:00:0"+string(rune('0'+i))+"Z", "simulated"
+		if without[i] {
+			in.QuantGen, in.QuantGenBytes, in.BatchWhole, in.BatchShared = nil, 0, nil, nil
+		}
 		f, err := Fitting(in)
 		if err != nil {
 			t.Fatal(err)
@@ -65,6 +75,40 @@ func TestProvenanceOfCalibratedPresets(t *testing.T) {
 		}
 		if want := len(slices.Compact(slices.Sorted(slices.Values(order)))); n != want {
 			t.Errorf("%v: %d memory records, want one per mode (%d)", order, n, want)
+		}
+	}
+}
+
+// A fit without the optional benches (an older m2n's samples, or a machine
+// without them) keeps the preset's batch_shared and quantize_generic and
+// their records, in any order of launch modes; a per-GPU fit gives them
+// where the preset has none.
+func TestProvenanceWithoutOptionalBenches(t *testing.T) {
+	one, per := topo.OneProcess, topo.PerGPU
+	tp := truth()
+	for _, c := range []struct {
+		order   []topo.Launch
+		without map[int]bool
+		want    bool // the preset ends with both constants
+	}{
+		{[]topo.Launch{one, one}, map[int]bool{1: true}, true},
+		{[]topo.Launch{one, per}, map[int]bool{0: true}, true},
+		{[]topo.Launch{per, per}, map[int]bool{1: true}, true},
+		{[]topo.Launch{per, one}, map[int]bool{1: true}, true},
+		{[]topo.Launch{one, per}, map[int]bool{1: true}, true},
+		{[]topo.Launch{one, per, one}, map[int]bool{0: true, 2: true}, true},
+		{[]topo.Launch{one}, map[int]bool{0: true}, false},
+	} {
+		p, ms := calibratedWithout(t, c.without, c.order...)
+		if err := Provenance(p, ms); err != nil {
+			t.Errorf("%v without %v: %v", c.order, c.without, err)
+		}
+		got := p.Executor.QuantizeGeneric > 0 && p.Executor.BatchShared > 0
+		if got != c.want {
+			t.Errorf("%v without %v: quantize_generic %g, batch_shared %g; want both measured: %v", c.order, c.without, p.Executor.QuantizeGeneric, p.Executor.BatchShared, c.want)
+		}
+		if c.want {
+			nearly(t, "quantize_generic", p.Executor.QuantizeGeneric, tp.Executor.QuantizeGeneric, 0.01)
 		}
 	}
 }

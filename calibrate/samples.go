@@ -50,8 +50,6 @@ type benchDoc struct {
 	EventsFirst int     `json:"events_before_first_op"`
 }
 
-// batchDoc is the batch bench's times on the whole GPU and on the grid
-// left beside NCCL.
 // quantGenDoc is the generic quantize bench's times (QuantGenShape) and
 // the bytes each moves.
 type quantGenDoc struct {
@@ -59,6 +57,8 @@ type quantGenDoc struct {
 	Bytes int64   `json:"bytes"`
 }
 
+// batchDoc is the batch bench's times on the whole GPU and on the grid
+// left beside NCCL.
 type batchDoc struct {
 	WholePS  []int64 `json:"whole_ps"`
 	SharedPS []int64 `json:"shared_ps"`

@@ -137,3 +137,21 @@ func TestPlacementAlignsLargeBuffers(t *testing.T) {
 	}
 	one(s)
 }
+
+// An alignment variable set to what is not a power of two of at least 256
+// is refused by name and value: a run meant to measure an alignment must
+// not quietly measure the default.
+func TestAlignEnvRefused(t *testing.T) {
+	for _, c := range []struct{ name, value string }{{"M2N_BUFFER_ALIGN", "2MiB"}, {"M2N_SMALL_ALIGN", "100"}, {"M2N_BUFFER_ALIGN", "128"}} {
+		t.Setenv(c.name, c.value)
+		err := alignEnvError()
+		if err == nil || !strings.Contains(err.Error(), c.name) || !strings.Contains(err.Error(), c.value) {
+			t.Errorf("%s=%s: %v", c.name, c.value, err)
+		}
+		t.Setenv(c.name, "")
+	}
+	t.Setenv("M2N_BUFFER_ALIGN", "65536")
+	if err := alignEnvError(); err != nil {
+		t.Error(err)
+	}
+}

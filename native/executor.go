@@ -286,6 +286,9 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 	if err := opt.settings(func() string { return TransportNCCL }); err != nil {
 		return nil, err
 	}
+	if err := alignEnvError(); err != nil {
+		return nil, err
+	}
 	if opt.Iters <= 0 {
 		opt.Iters = 5
 	}
@@ -339,9 +342,20 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 	}
 	need := map[int]int64{}
 	x.need, x.staging = need, map[int]int64{}
+	rankAlign := map[int]int64{}
+	for i := range s.Buffers {
+		a := smallAlign
+		if b := &s.Buffers[i]; b.Bytes >= bufferAlign && !b.InArena {
+			a = bufferAlign
+		}
+		rankAlign[s.Buffers[i].Rank] = max(rankAlign[s.Buffers[i].Rank], a)
+	}
 	rankStart := map[int]int64{}
 	for _, r := range s.World {
 		if d, ok := devOf[int32(r.Rank)]; ok {
+			// A rank's block starts as aligned as its buffers need
+			// (several ranks share a device in loopback).
+			need[d] = alignTo(need[d], max(rankAlign[r.Rank], smallAlign))
 			rankStart[r.Rank] = need[d]
 			need[d] += rankBytes[r.Rank] + flagBytes
 			x.staging[d] += rankStaging[r.Rank]
@@ -606,8 +620,24 @@ func placement(s *ir.Schedule, skip func(buf int) bool) (off []int64, rankBytes,
 // 24.5 ms). Copies pushed with flags (FP8 per GPU) were as fast with 256
 // bytes or 2 MiB but slower with 64 KiB (23.1 against 17.3 ms), and slower
 // still with the small buffers at 2 MiB too: docs/native.md has the table.
-// The padding is under 2 MiB a large buffer.
+// The padding is under 2 MiB a large buffer. M2N_BUFFER_ALIGN and
+// M2N_SMALL_ALIGN (bytes, powers of two of at least 256) override both, to
+// measure; every process of a run must set the same (peers lay out each
+// other's blocks), and New refuses a value that is not one
+// (alignEnvError).
 var bufferAlign, smallAlign = envPow2("M2N_BUFFER_ALIGN", 2<<20), envPow2("M2N_SMALL_ALIGN", 256)
+
+// alignEnvError reports an alignment variable set to what envPow2 ignores.
+func alignEnvError() error {
+	for _, name := range []string{"M2N_BUFFER_ALIGN", "M2N_SMALL_ALIGN"} {
+		if s := os.Getenv(name); s != "" {
+			if v, err := strconv.ParseInt(s, 10, 64); err != nil || v < 256 || v&(v-1) != 0 {
+				return fmt.Errorf("%s = %q: want a power of two of at least 256 (bytes)", name, s)
+			}
+		}
+	}
+	return nil
+}
 
 func alignTo(n, a int64) int64 { return (n + a - 1) &^ (a - 1) }
 

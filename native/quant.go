@@ -42,31 +42,14 @@ func sdtCode(dt layout.DType) (int32, error) {
 }
 
 // rowMajor returns the element strides of a row-major array of shape full.
-func rowMajor(full []int64) []int64 {
-	st := make([]int64, len(full))
-	n := int64(1)
-	for d := len(full) - 1; d >= 0; d-- {
-		st[d] = n
-		n *= full[d]
-	}
-	return st
-}
+func rowMajor(full []int64) []int64 { return program.RowMajor(full) }
 
 // regionArray returns where a region's box starts (its first element's
-// address) and the element strides of its buffer around it: a box of a
-// placed buffer inside the buffer's box; a byte range holds its box dense.
+// address) and the element strides of its buffer around it, as
+// program.RegionArray lays it out (the model's kernel choice reads the same).
 func (x *Executor) regionArray(r ir.Region, size []int64, elem int64) (uint64, []int64) {
-	s := x.s
-	if r.IsBox() {
-		b := &s.Buffers[r.Buf]
-		st := rowMajor(b.Box.Size)
-		var off int64
-		for d, v := range s.Box(r).Start {
-			off += v * st[d]
-		}
-		return x.bufAddr[r.Buf] + uint64(off*elem), st
-	}
-	return x.addr(r), rowMajor(size)
+	off, st := program.RegionArray(x.s, r, size, elem)
+	return x.bufAddr[r.Buf] + uint64(off), st
 }
 
 // planQuant computes the arguments and the kernel of quantize op i.

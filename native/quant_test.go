@@ -153,7 +153,7 @@ func TestQuantKernelOfMatchesExecutor(t *testing.T) {
 			shape := []int64{1 + rng.Int64N(3), 128 * (1 + rng.Int64N(4)), 128 * (1 + rng.Int64N(4))}
 			src := schedtest.Layout(rng, shape, []int{0, 1, 2, 3})
 			dst := schedtest.Layout(rng, shape, []int{4, 5, 6, 7})
-			src.DType, dst.DType = layout.BF16, layout.FP8E4M3
+			src.DType, dst.DType = []layout.DType{layout.BF16, layout.FP16}[rng.IntN(2)], layout.FP8E4M3
 			q := layout.Quant{Scheme: layout.QuantScheme(1), Block: [2]int64{128, 128}}
 			if src.Mesh.Validate() != nil || dst.Mesh.Validate() != nil || layout.CheckBlocks(dst, q) != nil {
 				continue
@@ -169,10 +169,27 @@ func TestQuantKernelOfMatchesExecutor(t *testing.T) {
 			return s
 		}
 	}
-	for k := range 160 {
+	for k := range 240 {
 		s := quantSchedule(t, rng)
-		if k%2 == 1 {
+		if k%3 != 0 {
 			s = b128()
+		}
+		if k%3 == 2 {
+			// Off 16-byte alignment: a quantize's source or destination
+			// buffer moved into the staging arena at an offset of 8 or 16
+			// bytes (the generic kernel, and the 128 x 128 one; not a
+			// valid schedule, only classified).
+			for i := range s.Ops {
+				if op := &s.Ops[i]; op.Kind == ir.Quantize {
+					r := op.Src
+					if rng.IntN(2) == 0 {
+						r = op.Dst
+					}
+					if b := &s.Buffers[r.Buf]; !b.InArena {
+						b.InArena, b.ArenaOffset = true, int64(8*(1+rng.IntN(2)))
+					}
+				}
+			}
 		}
 		off, _, _ := placement(s, nil)
 		x := &Executor{s: s, bufAddr: make([]uint64, len(s.Buffers))}

@@ -29,16 +29,16 @@ func (k QuantKernel) String() string {
 }
 
 // QuantKernelName chooses the kernel that quantizes a box of size (its last
-// two dims cut in blocks of br x bc) of elem-byte source elements at address
-// src with element strides sst (all but the last dim), into fp8 at address
-// dst with strides dstS: the vector width v (8, 4 or 1 source elements) and
-// the kernel's name. The executor launches what it returns; the model
-// classes the op with the same function (QuantKernelOf).
-func QuantKernelName(src, dst uint64, sst, dstS, size []int64, br, bc, elem int64, bf16 bool) (v int64, name string) {
+// two dims cut in blocks of br x bc) of elem-byte source elements (bf16 or
+// else fp16 when 2 bytes) at address src with element strides sst (all but
+// the last dim), into fp8 at address dst with strides dstS: its class and
+// its name. The executor launches what it returns; the model classes the
+// op with the same function (QuantKernelOf).
+func QuantKernelName(src, dst uint64, sst, dstS, size []int64, br, bc, elem int64, bf16 bool) (QuantKernel, string) {
 	nd := len(size)
-	// Vectors when every block row is whole 16-byte source vectors and
-	// V-byte destination words.
-	v = 16 / elem
+	// Vectors of v source elements when every block row is whole 16-byte
+	// source vectors and v-byte destination words.
+	v := 16 / elem
 	ok := bc%v == 0 && size[nd-1]%v == 0 && src%16 == 0 && dst%uint64(v) == 0
 	for d := 0; d < nd-1; d++ {
 		ok = ok && (sst[d]*elem)%16 == 0 && dstS[d]%v == 0
@@ -54,16 +54,18 @@ func QuantKernelName(src, dst uint64, sst, dstS, size []int64, br, bc, elem int6
 	// The 128 x 128 kernels: 16-bit sources in vectors, whole-width blocks.
 	if v == 8 && br == 128 && bc == 128 && size[nd-1]%128 == 0 && nb < 1<<31 && slices.Max(size) < 1<<31 {
 		if bf16 {
-			return v, "quantize_e4m3_b128_bf16"
+			return QuantB128, "quantize_e4m3_b128_bf16"
 		}
-		return v, "quantize_e4m3_b128_fp16"
+		return QuantB128, "quantize_e4m3_b128_fp16"
 	}
-	return v, fmt.Sprintf("quantize_e4m3_%d", v)
+	return QuantGeneric, fmt.Sprintf("quantize_e4m3_%d", v)
 }
 
 // QuantKernelOf returns the kernel the executor runs for quantize op i of s,
-// taking every buffer to start 16-byte aligned (the executor aligns them to
-// 256 bytes at least).
+// taking every buffer to start 16-byte aligned: the executor aligns its
+// own buffers to 256 bytes at least; a caller's arrays (native's External)
+// are as the caller allocated them, and an unaligned one may run the
+// generic kernel where this says the 128 x 128 one.
 func QuantKernelOf(s *ir.Schedule, i int32) (QuantKernel, error) {
 	op := &s.Ops[i]
 	if op.Kind != ir.Quantize {
@@ -86,11 +88,8 @@ func QuantKernelOf(s *ir.Schedule, i int32) (QuantKernel, error) {
 		}
 	}
 	br, bc := t.Quant.Blocks(t.Src.Shape)
-	_, name := QuantKernelName(uint64(src), uint64(dst), sst, dstS, box.Size, br, bc, elem, t.Src.DType == layout.BF16)
-	if name == "quantize_e4m3_b128_bf16" || name == "quantize_e4m3_b128_fp16" {
-		return QuantB128, nil
-	}
-	return QuantGeneric, nil
+	k, _ := QuantKernelName(uint64(src), uint64(dst), sst, dstS, box.Size, br, bc, elem, t.Src.DType == layout.BF16)
+	return k, nil
 }
 
 // RegionArray returns where a region's box starts in its buffer (its first

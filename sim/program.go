@@ -201,7 +201,7 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 				if op.Kind == ir.Quantize {
 					// the kernel the executor runs for it, at its own rate
 					if k, err := program.QuantKernelOf(s, o); err != nil {
-						return nil, err
+						return nil, fmt.Errorf("executor model: %w", err)
 					} else if k == program.QuantGeneric {
 						coef = quantGenCoef
 					}
