@@ -94,7 +94,7 @@ type fluid struct {
 	chkMark []uint32 // per resource: queued for verification in round chk
 	chk     uint32
 	A       []int32
-	X       []int32 // the flows the last fill touched: marked, their new rates in sc
+	X       []int32 // the flows the last fill touched: marked, their new rates in nrate
 	check   []int32
 	// the refill's state, per resource of A and per flow of S
 	load   []u128        // per resource: load of the frozen flows
@@ -102,7 +102,6 @@ type fluid struct {
 	count  []int32       // per resource: unfrozen flows
 	cand   []int64       // per resource: its candidate level
 	nlevel []int64       // per resource: its new level
-	sc     []flowScratch // per flow slot
 	bounds []bounded     // flows of S with a finite bound, sorted by it
 	stale  []bool        // per resource: its candidate needs recomputing
 	dl     [][]rateDelta // per held resource checked: the rates changed on it
@@ -135,24 +134,25 @@ type aggEntry struct {
 	w    int64
 }
 
-// flowState is what the solves read of a flow.
+// flowState is what the solves read of a flow, and its state in the
+// solve under way: 128 bytes, two cache lines (slices of it are 128-byte
+// aligned, as Go's size classes from 128 bytes on are multiples of it),
+// everything but the coefficients in the first. A refill reads and
+// writes both lines of every flow it touches; the scratch state in a
+// separate array cost a third line.
 type flowState struct {
-	res   [maxPath]int32
-	coef  [maxPath]int64
-	rate  int64 // rate units
-	group int32 // its group; -1 before its first solve
-	capG  int32 // its cap's group, or -1
-	n     int8
-	bkt   uint8 // its path slots on resources that keep buckets, a bit each
-}
-
-// flowScratch is a flow's state in one solve, kept together: a refill
-// reads and writes all of it for every flow it touches.
-type flowScratch struct {
-	rate   int64  // its new rate
-	bound  int64  // its cap and held levels
 	mark   uint32 // the epoch of the solve whose S holds it
-	frozen bool   // frozen in this refill
+	group  int32  // its group; -1 before its first solve
+	rate   int64  // rate units
+	nrate  int64  // its new rate in this solve
+	bound  int64  // its cap and held levels in this refill
+	capG   int32  // its cap's group, or -1
+	n      int8
+	bkt    uint8 // its path slots on resources that keep buckets, a bit each
+	frozen bool  // frozen in this refill
+	res    [maxPath]int32
+	coef   [maxPath]int64
+	_      [16]byte
 }
 
 // levelChange is a group whose level a solve changed.
@@ -233,7 +233,6 @@ func (f *fluid) add(res []int32, coef []int64, limit int64) int32 {
 		id = int32(len(f.flows))
 		f.flows = append(f.flows, flowState{})
 		f.pos = append(f.pos, [maxPath]int32{})
-		f.sc = append(f.sc, flowScratch{})
 		f.bpos = append(f.bpos, [maxPath]int32{})
 		f.gpos = append(f.gpos, 0)
 	}
@@ -250,7 +249,7 @@ func (f *fluid) add(res []int32, coef []int64, limit int64) int32 {
 		}
 		fl.capG = g
 	}
-	f.sc[id].mark = 0
+	f.flows[id].mark = 0
 	for k, r := range res {
 		fl.res[k], fl.coef[k] = r, coef[k]
 		f.wsum[r] += coef[k]
@@ -412,8 +411,8 @@ func (f *fluid) stamp() uint32 {
 	f.epoch++
 	if f.epoch == 0 { // wrapped: reset stamps
 		clear(f.resMark)
-		for i := range f.sc {
-			f.sc[i].mark = 0
+		for i := range f.flows {
+			f.flows[i].mark = 0
 		}
 		f.epoch = 1
 	}
@@ -505,8 +504,8 @@ func (f *fluid) fillUsers(e uint32, from int) int {
 	S := f.X
 	for _, r := range f.A[from:] {
 		for _, id := range f.users[r] {
-			if f.sc[id].mark != e {
-				f.sc[id].mark = e
+			if f.flows[id].mark != e {
+				f.flows[id].mark = e
 				S = append(S, id)
 			}
 		}
@@ -522,10 +521,10 @@ func (f *fluid) fillComponent(e uint32) {
 	S := f.X[:0]
 	for i := 0; i < len(f.A); i++ {
 		for _, id := range f.users[f.A[i]] {
-			if f.sc[id].mark == e {
+			if f.flows[id].mark == e {
 				continue
 			}
-			f.sc[id].mark = e
+			f.flows[id].mark = e
 			S = append(S, id)
 			fl := &f.flows[id]
 			for k := range int(fl.n) {
@@ -562,7 +561,7 @@ func (f *fluid) fill(e uint32) {
 				b = min(b, f.level[r])
 			}
 		}
-		f.sc[id].bound, f.sc[id].frozen, f.sc[id].rate = b, false, 0
+		f.flows[id].bound, f.flows[id].frozen, f.flows[id].nrate = b, false, 0
 		if b != noLevel {
 			bh = append(bh, bounded{b, id})
 		}
@@ -578,7 +577,7 @@ func (f *fluid) fill(e uint32) {
 		var level int64
 		act, level = f.activeLevel(act)
 		// The least bound of a flow still unfrozen.
-		for bi < len(bh) && f.sc[bh[bi].id].frozen {
+		for bi < len(bh) && f.flows[bh[bi].id].frozen {
 			bi++
 		}
 		if bi < len(bh) {
@@ -588,8 +587,8 @@ func (f *fluid) fill(e uint32) {
 			// Every unfrozen flow's resources have room beyond any
 			// level the units hold; the engine's ranges rule it out.
 			for _, id := range f.X {
-				if !f.sc[id].frozen {
-					f.sc[id].frozen, f.sc[id].rate = true, noLevel-1
+				if !f.flows[id].frozen {
+					f.flows[id].frozen, f.flows[id].nrate = true, noLevel-1
 				}
 			}
 			break
@@ -605,14 +604,14 @@ func (f *fluid) fill(e uint32) {
 				continue
 			}
 			for _, id := range f.users[r] {
-				if !f.sc[id].frozen {
+				if !f.flows[id].frozen {
 					f.freeze(id, level, e)
 					unfrozen--
 				}
 			}
 		}
 		for ; bi < len(bh) && bh[bi].bound == level; bi++ {
-			if id := bh[bi].id; !f.sc[id].frozen {
+			if id := bh[bi].id; !f.flows[id].frozen {
 				f.freeze(id, level, e)
 				unfrozen--
 			}
@@ -680,15 +679,15 @@ func (f *fluid) fillAgg(e uint32) {
 			us = f.gmem[r]
 		}
 		for _, id := range us {
-			if f.sc[id].mark != e {
-				f.sc[id].mark = e
+			if f.flows[id].mark != e {
+				f.flows[id].mark = e
 				X = append(X, id)
 			}
 		}
 	}
 	for _, id := range f.fresh {
-		if f.flows[id].group == -1 && f.sc[id].mark != e {
-			f.sc[id].mark = e
+		if f.flows[id].group == -1 && f.flows[id].mark != e {
+			f.flows[id].mark = e
 			X = append(X, id)
 		}
 	}
@@ -701,8 +700,8 @@ func (f *fluid) fillAgg(e uint32) {
 				// Unbounded flows (outside the engine's ranges):
 				// explicit.
 				for _, m := range b.ids {
-					if f.sc[m.id].mark != e {
-						f.sc[m.id].mark = e
+					if f.flows[m.id].mark != e {
+						f.flows[m.id].mark = e
 						X = append(X, m.id)
 					}
 				}
@@ -740,7 +739,7 @@ func (f *fluid) fillAgg(e uint32) {
 				}
 			}
 		}
-		f.sc[id].bound, f.sc[id].frozen, f.sc[id].rate = b, false, 0
+		f.flows[id].bound, f.flows[id].frozen, f.flows[id].nrate = b, false, 0
 		if b != noLevel {
 			bh = append(bh, bounded{b, id})
 		}
@@ -761,7 +760,7 @@ func (f *fluid) fillAgg(e uint32) {
 		}
 		// The least bound still unfrozen.
 		for bi < len(bh) {
-			if id := bh[bi].id; id >= 0 && !f.sc[id].frozen || id < 0 && ents[^id].c > 0 {
+			if id := bh[bi].id; id >= 0 && !f.flows[id].frozen || id < 0 && ents[^id].c > 0 {
 				break
 			}
 			bi++
@@ -772,8 +771,8 @@ func (f *fluid) fillAgg(e uint32) {
 		if level == noLevel {
 			// Only explicit flows are unbounded (fill's case).
 			for _, id := range X {
-				if !f.sc[id].frozen {
-					f.sc[id].frozen, f.sc[id].rate = true, noLevel-1
+				if !f.flows[id].frozen {
+					f.flows[id].frozen, f.flows[id].nrate = true, noLevel-1
 				}
 			}
 			break
@@ -788,7 +787,7 @@ func (f *fluid) fillAgg(e uint32) {
 				us = f.xl[r]
 			}
 			for _, id := range us {
-				if !f.sc[id].frozen {
+				if !f.flows[id].frozen {
 					f.freeze(id, level, e)
 				}
 			}
@@ -800,7 +799,7 @@ func (f *fluid) fillAgg(e uint32) {
 		}
 		for ; bi < len(bh) && bh[bi].bound == level; bi++ {
 			if id := bh[bi].id; id >= 0 {
-				if !f.sc[id].frozen {
+				if !f.flows[id].frozen {
 					f.freeze(id, level, e)
 				}
 			} else if x := &ents[^id]; x.c > 0 {
@@ -826,12 +825,12 @@ func (f *fluid) expand(ents []aggEntry, j int32, level int64, e uint32, X []int3
 	x := &ents[j]
 	for _, m := range f.bkt[x.r][x.b].ids {
 		id := m.id
-		if f.sc[id].mark == e {
+		if f.flows[id].mark == e {
 			continue // explicit, or expanded already
 		}
-		f.sc[id].mark = e
+		f.flows[id].mark = e
 		X = append(X, id)
-		f.sc[id].frozen, f.sc[id].rate = true, level
+		f.flows[id].frozen, f.flows[id].nrate = true, level
 		fl := &f.flows[id]
 		for k := range int(fl.n) {
 			r := fl.res[k]
@@ -927,7 +926,7 @@ func (f *fluid) candidate(r int32) int64 {
 // freeze fixes a flow of S at level and takes it out of the filling.
 func (f *fluid) freeze(id int32, level int64, e uint32) {
 	fl := &f.flows[id]
-	f.sc[id].frozen, f.sc[id].rate = true, level
+	f.flows[id].frozen, f.flows[id].nrate = true, level
 	for k := range int(fl.n) {
 		if r := fl.res[k]; f.resMark[r] == e {
 			f.load[r] = f.load[r].add(mul128(uint64(fl.coef[k]), uint64(level)))
@@ -950,7 +949,7 @@ func (f *fluid) verifyHeld(e uint32) bool {
 	c := f.chk
 	for _, id := range f.X {
 		fl := &f.flows[id]
-		if f.sc[id].rate == fl.rate && fl.group >= 0 {
+		if f.flows[id].nrate == fl.rate && fl.group >= 0 {
 			continue
 		}
 		for k := range int(fl.n) {
@@ -970,7 +969,7 @@ func (f *fluid) verifyHeld(e uint32) bool {
 				if fl.group < 0 {
 					old = -1 // in no bucket yet
 				}
-				f.dl[r] = append(f.dl[r], rateDelta{old, f.sc[id].rate, fl.coef[k]})
+				f.dl[r] = append(f.dl[r], rateDelta{old, f.flows[id].nrate, fl.coef[k]})
 			}
 		}
 	}
@@ -1113,8 +1112,8 @@ func (f *fluid) holdsFast(r int32, e uint32) (ok, sure bool) {
 	var top int64          // the fastest flow below l
 	for i, id := range f.users[r] {
 		x := f.flows[id].rate
-		if f.sc[id].mark == e {
-			x = f.sc[id].rate
+		if f.flows[id].mark == e {
+			x = f.flows[id].nrate
 		}
 		c := uint64(f.ucoef[r][i])
 		switch {
@@ -1153,8 +1152,8 @@ func (f *fluid) holdsSorted(r int32, e uint32) bool {
 	xs := f.sorted[:0]
 	for i, id := range f.users[r] {
 		x := f.flows[id].rate
-		if f.sc[id].mark == e {
-			x = f.sc[id].rate
+		if f.flows[id].mark == e {
+			x = f.flows[id].nrate
 		}
 		xs = append(xs, rateCoef{x, f.ucoef[r][i]})
 	}
@@ -1196,7 +1195,7 @@ func (f *fluid) commit() {
 	}
 	for _, id := range f.X {
 		fl := &f.flows[id]
-		nr := f.sc[id].rate
+		nr := f.flows[id].nrate
 		if fl.bkt != 0 && (fl.group < 0 || nr != fl.rate) {
 			for k := range int32(fl.n) {
 				r := fl.res[k]
