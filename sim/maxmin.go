@@ -93,6 +93,8 @@ type fluid struct {
 	resMark []uint32 // per resource: in A at this epoch
 	chkMark []uint32 // per resource: queued for verification in round chk
 	chk     uint32
+	relMark []uint32 // per resource: its bucket at relOld moved whole in the commit at this epoch
+	relOld  []int64
 	A       []int32
 	X       []int32 // the flows the last fill touched: marked, their new rates in nrate
 	check   []int32
@@ -195,6 +197,8 @@ func newFluid(capacity []u128) *fluid {
 		capGroup: map[int64]int32{},
 		resMark:  make([]uint32, n),
 		chkMark:  make([]uint32, n),
+		relMark:  make([]uint32, n),
+		relOld:   make([]int64, n),
 		load:     make([]u128, n),
 		wt:       make([]int64, n),
 		count:    make([]int32, n),
@@ -411,6 +415,7 @@ func (f *fluid) stamp() uint32 {
 	f.epoch++
 	if f.epoch == 0 { // wrapped: reset stamps
 		clear(f.resMark)
+		clear(f.relMark)
 		for i := range f.flows {
 			f.flows[i].mark = 0
 		}
@@ -1187,6 +1192,7 @@ func (f *fluid) holdsSorted(r int32, e uint32) bool {
 
 // commit adopts the refill's levels and rates and records what changed.
 func (f *fluid) commit() {
+	f.relabel()
 	for _, r := range f.A {
 		if nl := f.nlevel[r]; nl != f.level[r] {
 			f.levelCh = append(f.levelCh, levelChange{r, f.level[r], nl})
@@ -1202,6 +1208,9 @@ func (f *fluid) commit() {
 				if fl.bkt&(1<<k) == 0 {
 					continue
 				}
+				if fl.group >= 0 && f.relMark[r] == f.epoch && fl.rate == f.relOld[r] {
+					continue // its bucket moved whole
+				}
 				if fl.group >= 0 {
 					f.bucketRemove(r, fl.rate, k, id)
 				}
@@ -1216,6 +1225,38 @@ func (f *fluid) commit() {
 			}
 			f.gmemAdd(id, g)
 			fl.group = g
+		}
+	}
+}
+
+// relabel moves whole, before commit moves flows one by one, the bucket
+// of each resource of A whose level changes where every flow in it moves
+// to the new level and no bucket is there yet: typically the flows it
+// bottlenecks. It marks the resource (relMark at this epoch, relOld the
+// old rate) so that commit leaves those flows' slots on it in place: no
+// other flow on it is at the old rate.
+func (f *fluid) relabel() {
+	e := f.epoch // the last fill's: X's flows carry it
+	for _, r := range f.A {
+		ol, nl := f.level[r], f.nlevel[r]
+		if nl == ol || !f.bucketed[r] {
+			continue
+		}
+		i := f.bucket(r, ol)
+		if i < 0 || f.bucket(r, nl) >= 0 {
+			continue
+		}
+		b := &f.bkt[r][i]
+		all := true
+		for _, m := range b.ids {
+			if fl := &f.flows[m.id]; fl.mark != e || fl.nrate != nl {
+				all = false
+				break
+			}
+		}
+		if all {
+			b.rate = nl
+			f.relMark[r], f.relOld[r] = e, ol
 		}
 	}
 }
