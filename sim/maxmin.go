@@ -26,8 +26,10 @@ import (
 // whose rate changed crosses: its level must be what its own flows' rates
 // give (verify). A held resource that fails joins A and the refill runs
 // again; when A's users, counted once per resource of A they cross, pass
-// the active flows (about half of them, a flow crossing two) the solve
-// fills the whole connected component. A refill reads aggregates (fillAgg):
+// 1.6 times the active flows (about 80% of them, a flow crossing two) the
+// solve fills the whole connected component. Where A has resources with
+// buckets, it first takes in the held resources that would fail (widen).
+// A refill reads aggregates (fillAgg):
 // it handles one by one only the flows whose group is in A and the new
 // ones; every other flow on A runs at its group's level, held, and enters
 // as part of its resource's bucket of flows at that rate. The result
@@ -93,8 +95,10 @@ type fluid struct {
 	resMark []uint32 // per resource: in A at this epoch
 	chkMark []uint32 // per resource: queued for verification in round chk
 	chk     uint32
+	relMark []uint32 // per resource: its bucket at relOld moved whole in the commit at this epoch
+	relOld  []int64
 	A       []int32
-	X       []int32 // the flows the last fill touched: marked, their new rates in sc
+	X       []int32 // the flows the last fill touched: marked, their new rates in nrate
 	check   []int32
 	// the refill's state, per resource of A and per flow of S
 	load   []u128        // per resource: load of the frozen flows
@@ -102,7 +106,6 @@ type fluid struct {
 	count  []int32       // per resource: unfrozen flows
 	cand   []int64       // per resource: its candidate level
 	nlevel []int64       // per resource: its new level
-	sc     []flowScratch // per flow slot
 	bounds []bounded     // flows of S with a finite bound, sorted by it
 	stale  []bool        // per resource: its candidate needs recomputing
 	dl     [][]rateDelta // per held resource checked: the rates changed on it
@@ -135,24 +138,25 @@ type aggEntry struct {
 	w    int64
 }
 
-// flowState is what the solves read of a flow.
+// flowState is what the solves read of a flow, and its state in the
+// solve under way: 128 bytes, two cache lines (slices of it are 128-byte
+// aligned, as Go's size classes from 128 bytes on are multiples of it),
+// everything but the coefficients in the first. A refill reads and
+// writes both lines of every flow it touches; the scratch state in a
+// separate array cost a third line.
 type flowState struct {
-	res   [maxPath]int32
-	coef  [maxPath]int64
-	rate  int64 // rate units
-	group int32 // its group; -1 before its first solve
-	capG  int32 // its cap's group, or -1
-	n     int8
-	bkt   uint8 // its path slots on resources that keep buckets, a bit each
-}
-
-// flowScratch is a flow's state in one solve, kept together: a refill
-// reads and writes all of it for every flow it touches.
-type flowScratch struct {
-	rate   int64  // its new rate
-	bound  int64  // its cap and held levels
 	mark   uint32 // the epoch of the solve whose S holds it
-	frozen bool   // frozen in this refill
+	group  int32  // its group; -1 before its first solve
+	rate   int64  // rate units
+	nrate  int64  // its new rate in this solve
+	bound  int64  // its cap and held levels in this refill
+	capG   int32  // its cap's group, or -1
+	n      int8
+	bkt    uint8 // its path slots on resources that keep buckets, a bit each
+	frozen bool  // frozen in this refill
+	res    [maxPath]int32
+	coef   [maxPath]int64
+	_      [16]byte
 }
 
 // levelChange is a group whose level a solve changed.
@@ -167,9 +171,11 @@ type move struct{ id, old, new int32 }
 type rateCoef struct{ rate, coef int64 }
 
 // defaultFullFrac is where a local solve gives way to a full one: past
-// half the active flows (A's users summed past fullFrac x 2 x the active
-// flows), the component costs little more.
-const defaultFullFrac = 0.5
+// 80% of the active flows (A's users summed past fullFrac x 2 x the
+// active flows), the component costs little more. (Half before widen:
+// with it, flat dsv3-256's simulator took 18.0-18.6 s at 0.5, 15.9-16.1 s
+// at 0.8, 16.0 s at 1.2; the other routes the same within noise.)
+const defaultFullFrac = 0.8
 
 // defaultBktOn and defaultBktOff are the users at which a resource starts
 // and stops keeping buckets.
@@ -195,6 +201,8 @@ func newFluid(capacity []u128) *fluid {
 		capGroup: map[int64]int32{},
 		resMark:  make([]uint32, n),
 		chkMark:  make([]uint32, n),
+		relMark:  make([]uint32, n),
+		relOld:   make([]int64, n),
 		load:     make([]u128, n),
 		wt:       make([]int64, n),
 		count:    make([]int32, n),
@@ -233,7 +241,6 @@ func (f *fluid) add(res []int32, coef []int64, limit int64) int32 {
 		id = int32(len(f.flows))
 		f.flows = append(f.flows, flowState{})
 		f.pos = append(f.pos, [maxPath]int32{})
-		f.sc = append(f.sc, flowScratch{})
 		f.bpos = append(f.bpos, [maxPath]int32{})
 		f.gpos = append(f.gpos, 0)
 	}
@@ -250,7 +257,7 @@ func (f *fluid) add(res []int32, coef []int64, limit int64) int32 {
 		}
 		fl.capG = g
 	}
-	f.sc[id].mark = 0
+	f.flows[id].mark = 0
 	for k, r := range res {
 		fl.res[k], fl.coef[k] = r, coef[k]
 		f.wsum[r] += coef[k]
@@ -412,8 +419,9 @@ func (f *fluid) stamp() uint32 {
 	f.epoch++
 	if f.epoch == 0 { // wrapped: reset stamps
 		clear(f.resMark)
-		for i := range f.sc {
-			f.sc[i].mark = 0
+		clear(f.relMark)
+		for i := range f.flows {
+			f.flows[i].mark = 0
 		}
 		f.epoch = 1
 	}
@@ -433,6 +441,9 @@ func (f *fluid) solve() {
 		f.addRes(r, e)
 	}
 	f.dirty = f.dirty[:0]
+	if f.anyBucketed() {
+		f.widen(0, e)
+	}
 	// Flows carry marks of epoch e once a fill has run; inX: the
 	// resources of A whose users are all in X (fillUsers' S, which grows
 	// from round to round), or -1.
@@ -468,9 +479,13 @@ func (f *fluid) solve() {
 			inX = f.fillUsers(e, inX)
 			used = true
 		}
+		from := len(f.A)
 		if f.verifyHeld(e) {
 			f.local++
 			break
+		}
+		if f.anyBucketed() {
+			f.widen(from, e)
 		}
 	}
 	f.commit()
@@ -485,6 +500,35 @@ func (f *fluid) addRes(r int32, e uint32) {
 	f.resMark[r] = e
 	f.A = append(f.A, r)
 	f.nS += len(f.users[r])
+}
+
+// widen adds to A, ahead of the refill, the held resources whose checks
+// would most likely fail, and theirs in turn: a saturated resource that a
+// flow of a group in A[from:] crosses below its level (that flow's rate
+// follows its group's level, and the resource's level follows it). A
+// refill of more resources is as exact; this saves the refills that
+// would find them failing one ring at a time (on dsv3-256 hierarchical,
+// a refill over resources with buckets took 2.15 rounds, each with about
+// as many resources failing as it refilled).
+func (f *fluid) widen(from int, e uint32) {
+	for i := from; i < len(f.A); i++ {
+		r := f.A[i]
+		us := f.users[r]
+		if f.bucketed[r] {
+			us = f.gmem[r]
+		}
+		for _, id := range us {
+			fl := &f.flows[id]
+			if fl.group != r {
+				continue
+			}
+			for k := range int(fl.n) {
+				if r2 := fl.res[k]; f.resMark[r2] != e && f.level[r2] != noLevel && fl.rate < f.level[r2] {
+					f.addRes(r2, e)
+				}
+			}
+		}
+	}
 }
 
 // anyBucketed reports whether a resource of A keeps buckets.
@@ -505,8 +549,8 @@ func (f *fluid) fillUsers(e uint32, from int) int {
 	S := f.X
 	for _, r := range f.A[from:] {
 		for _, id := range f.users[r] {
-			if f.sc[id].mark != e {
-				f.sc[id].mark = e
+			if f.flows[id].mark != e {
+				f.flows[id].mark = e
 				S = append(S, id)
 			}
 		}
@@ -522,10 +566,10 @@ func (f *fluid) fillComponent(e uint32) {
 	S := f.X[:0]
 	for i := 0; i < len(f.A); i++ {
 		for _, id := range f.users[f.A[i]] {
-			if f.sc[id].mark == e {
+			if f.flows[id].mark == e {
 				continue
 			}
-			f.sc[id].mark = e
+			f.flows[id].mark = e
 			S = append(S, id)
 			fl := &f.flows[id]
 			for k := range int(fl.n) {
@@ -562,7 +606,7 @@ func (f *fluid) fill(e uint32) {
 				b = min(b, f.level[r])
 			}
 		}
-		f.sc[id].bound, f.sc[id].frozen, f.sc[id].rate = b, false, 0
+		f.flows[id].bound, f.flows[id].frozen, f.flows[id].nrate = b, false, 0
 		if b != noLevel {
 			bh = append(bh, bounded{b, id})
 		}
@@ -578,7 +622,7 @@ func (f *fluid) fill(e uint32) {
 		var level int64
 		act, level = f.activeLevel(act)
 		// The least bound of a flow still unfrozen.
-		for bi < len(bh) && f.sc[bh[bi].id].frozen {
+		for bi < len(bh) && f.flows[bh[bi].id].frozen {
 			bi++
 		}
 		if bi < len(bh) {
@@ -588,8 +632,8 @@ func (f *fluid) fill(e uint32) {
 			// Every unfrozen flow's resources have room beyond any
 			// level the units hold; the engine's ranges rule it out.
 			for _, id := range f.X {
-				if !f.sc[id].frozen {
-					f.sc[id].frozen, f.sc[id].rate = true, noLevel-1
+				if !f.flows[id].frozen {
+					f.flows[id].frozen, f.flows[id].nrate = true, noLevel-1
 				}
 			}
 			break
@@ -605,14 +649,14 @@ func (f *fluid) fill(e uint32) {
 				continue
 			}
 			for _, id := range f.users[r] {
-				if !f.sc[id].frozen {
+				if !f.flows[id].frozen {
 					f.freeze(id, level, e)
 					unfrozen--
 				}
 			}
 		}
 		for ; bi < len(bh) && bh[bi].bound == level; bi++ {
-			if id := bh[bi].id; !f.sc[id].frozen {
+			if id := bh[bi].id; !f.flows[id].frozen {
 				f.freeze(id, level, e)
 				unfrozen--
 			}
@@ -680,15 +724,15 @@ func (f *fluid) fillAgg(e uint32) {
 			us = f.gmem[r]
 		}
 		for _, id := range us {
-			if f.sc[id].mark != e {
-				f.sc[id].mark = e
+			if f.flows[id].mark != e {
+				f.flows[id].mark = e
 				X = append(X, id)
 			}
 		}
 	}
 	for _, id := range f.fresh {
-		if f.flows[id].group == -1 && f.sc[id].mark != e {
-			f.sc[id].mark = e
+		if f.flows[id].group == -1 && f.flows[id].mark != e {
+			f.flows[id].mark = e
 			X = append(X, id)
 		}
 	}
@@ -701,8 +745,8 @@ func (f *fluid) fillAgg(e uint32) {
 				// Unbounded flows (outside the engine's ranges):
 				// explicit.
 				for _, m := range b.ids {
-					if f.sc[m.id].mark != e {
-						f.sc[m.id].mark = e
+					if f.flows[m.id].mark != e {
+						f.flows[m.id].mark = e
 						X = append(X, m.id)
 					}
 				}
@@ -740,7 +784,7 @@ func (f *fluid) fillAgg(e uint32) {
 				}
 			}
 		}
-		f.sc[id].bound, f.sc[id].frozen, f.sc[id].rate = b, false, 0
+		f.flows[id].bound, f.flows[id].frozen, f.flows[id].nrate = b, false, 0
 		if b != noLevel {
 			bh = append(bh, bounded{b, id})
 		}
@@ -761,7 +805,7 @@ func (f *fluid) fillAgg(e uint32) {
 		}
 		// The least bound still unfrozen.
 		for bi < len(bh) {
-			if id := bh[bi].id; id >= 0 && !f.sc[id].frozen || id < 0 && ents[^id].c > 0 {
+			if id := bh[bi].id; id >= 0 && !f.flows[id].frozen || id < 0 && ents[^id].c > 0 {
 				break
 			}
 			bi++
@@ -772,8 +816,8 @@ func (f *fluid) fillAgg(e uint32) {
 		if level == noLevel {
 			// Only explicit flows are unbounded (fill's case).
 			for _, id := range X {
-				if !f.sc[id].frozen {
-					f.sc[id].frozen, f.sc[id].rate = true, noLevel-1
+				if !f.flows[id].frozen {
+					f.flows[id].frozen, f.flows[id].nrate = true, noLevel-1
 				}
 			}
 			break
@@ -788,7 +832,7 @@ func (f *fluid) fillAgg(e uint32) {
 				us = f.xl[r]
 			}
 			for _, id := range us {
-				if !f.sc[id].frozen {
+				if !f.flows[id].frozen {
 					f.freeze(id, level, e)
 				}
 			}
@@ -800,7 +844,7 @@ func (f *fluid) fillAgg(e uint32) {
 		}
 		for ; bi < len(bh) && bh[bi].bound == level; bi++ {
 			if id := bh[bi].id; id >= 0 {
-				if !f.sc[id].frozen {
+				if !f.flows[id].frozen {
 					f.freeze(id, level, e)
 				}
 			} else if x := &ents[^id]; x.c > 0 {
@@ -826,12 +870,12 @@ func (f *fluid) expand(ents []aggEntry, j int32, level int64, e uint32, X []int3
 	x := &ents[j]
 	for _, m := range f.bkt[x.r][x.b].ids {
 		id := m.id
-		if f.sc[id].mark == e {
+		if f.flows[id].mark == e {
 			continue // explicit, or expanded already
 		}
-		f.sc[id].mark = e
+		f.flows[id].mark = e
 		X = append(X, id)
-		f.sc[id].frozen, f.sc[id].rate = true, level
+		f.flows[id].frozen, f.flows[id].nrate = true, level
 		fl := &f.flows[id]
 		for k := range int(fl.n) {
 			r := fl.res[k]
@@ -927,7 +971,7 @@ func (f *fluid) candidate(r int32) int64 {
 // freeze fixes a flow of S at level and takes it out of the filling.
 func (f *fluid) freeze(id int32, level int64, e uint32) {
 	fl := &f.flows[id]
-	f.sc[id].frozen, f.sc[id].rate = true, level
+	f.flows[id].frozen, f.flows[id].nrate = true, level
 	for k := range int(fl.n) {
 		if r := fl.res[k]; f.resMark[r] == e {
 			f.load[r] = f.load[r].add(mul128(uint64(fl.coef[k]), uint64(level)))
@@ -950,7 +994,7 @@ func (f *fluid) verifyHeld(e uint32) bool {
 	c := f.chk
 	for _, id := range f.X {
 		fl := &f.flows[id]
-		if f.sc[id].rate == fl.rate && fl.group >= 0 {
+		if f.flows[id].nrate == fl.rate && fl.group >= 0 {
 			continue
 		}
 		for k := range int(fl.n) {
@@ -970,7 +1014,7 @@ func (f *fluid) verifyHeld(e uint32) bool {
 				if fl.group < 0 {
 					old = -1 // in no bucket yet
 				}
-				f.dl[r] = append(f.dl[r], rateDelta{old, f.sc[id].rate, fl.coef[k]})
+				f.dl[r] = append(f.dl[r], rateDelta{old, f.flows[id].nrate, fl.coef[k]})
 			}
 		}
 	}
@@ -1113,8 +1157,8 @@ func (f *fluid) holdsFast(r int32, e uint32) (ok, sure bool) {
 	var top int64          // the fastest flow below l
 	for i, id := range f.users[r] {
 		x := f.flows[id].rate
-		if f.sc[id].mark == e {
-			x = f.sc[id].rate
+		if f.flows[id].mark == e {
+			x = f.flows[id].nrate
 		}
 		c := uint64(f.ucoef[r][i])
 		switch {
@@ -1153,8 +1197,8 @@ func (f *fluid) holdsSorted(r int32, e uint32) bool {
 	xs := f.sorted[:0]
 	for i, id := range f.users[r] {
 		x := f.flows[id].rate
-		if f.sc[id].mark == e {
-			x = f.sc[id].rate
+		if f.flows[id].mark == e {
+			x = f.flows[id].nrate
 		}
 		xs = append(xs, rateCoef{x, f.ucoef[r][i]})
 	}
@@ -1188,6 +1232,7 @@ func (f *fluid) holdsSorted(r int32, e uint32) bool {
 
 // commit adopts the refill's levels and rates and records what changed.
 func (f *fluid) commit() {
+	f.relabel()
 	for _, r := range f.A {
 		if nl := f.nlevel[r]; nl != f.level[r] {
 			f.levelCh = append(f.levelCh, levelChange{r, f.level[r], nl})
@@ -1196,12 +1241,15 @@ func (f *fluid) commit() {
 	}
 	for _, id := range f.X {
 		fl := &f.flows[id]
-		nr := f.sc[id].rate
+		nr := f.flows[id].nrate
 		if fl.bkt != 0 && (fl.group < 0 || nr != fl.rate) {
 			for k := range int32(fl.n) {
 				r := fl.res[k]
 				if fl.bkt&(1<<k) == 0 {
 					continue
+				}
+				if fl.group >= 0 && f.relMark[r] == f.epoch && fl.rate == f.relOld[r] {
+					continue // its bucket moved whole
 				}
 				if fl.group >= 0 {
 					f.bucketRemove(r, fl.rate, k, id)
@@ -1217,6 +1265,38 @@ func (f *fluid) commit() {
 			}
 			f.gmemAdd(id, g)
 			fl.group = g
+		}
+	}
+}
+
+// relabel moves whole, before commit moves flows one by one, the bucket
+// of each resource of A whose level changes where every flow in it moves
+// to the new level and no bucket is there yet: typically the flows it
+// bottlenecks. It marks the resource (relMark at this epoch, relOld the
+// old rate) so that commit leaves those flows' slots on it in place: no
+// other flow on it is at the old rate.
+func (f *fluid) relabel() {
+	e := f.epoch // the last fill's: X's flows carry it
+	for _, r := range f.A {
+		ol, nl := f.level[r], f.nlevel[r]
+		if nl == ol || !f.bucketed[r] {
+			continue
+		}
+		i := f.bucket(r, ol)
+		if i < 0 || f.bucket(r, nl) >= 0 {
+			continue
+		}
+		b := &f.bkt[r][i]
+		all := true
+		for _, m := range b.ids {
+			if fl := &f.flows[m.id]; fl.mark != e || fl.nrate != nl {
+				all = false
+				break
+			}
+		}
+		if all {
+			b.rate = nl
+			f.relMark[r], f.relOld[r] = e, ol
 		}
 	}
 }

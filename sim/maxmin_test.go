@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"unsafe"
 )
 
 // randomCapacities are n capacities of 1-40 GB/s-ish in load units, with
@@ -418,12 +419,12 @@ func TestHoldsRates(t *testing.T) {
 		// plus the new.
 		e := f.stamp()
 		for id := range f.flows {
-			f.sc[id].rate = f.flows[id].rate
+			f.flows[id].nrate = f.flows[id].rate
 			if rng.IntN(3) == 0 {
-				f.sc[id].mark = e
-				f.sc[id].rate = max(1, f.flows[id].rate+int64(rng.IntN(5))-2)
+				f.flows[id].mark = e
+				f.flows[id].nrate = max(1, f.flows[id].rate+int64(rng.IntN(5))-2)
 				if rng.IntN(4) == 0 {
-					f.sc[id].rate = f.flows[id].rate / 2
+					f.flows[id].nrate = f.flows[id].rate / 2
 				}
 			}
 		}
@@ -434,14 +435,14 @@ func TestHoldsRates(t *testing.T) {
 			}
 			nb := len(xs)
 			for p, id := range f.users[r] {
-				if f.sc[id].mark == e {
+				if f.flows[id].mark == e {
 					for j := range nb {
 						if xs[j].rate == f.flows[id].rate {
 							xs[j].coef -= f.ucoef[r][p]
 							break
 						}
 					}
-					xs = append(xs, rateCoef{f.sc[id].rate, f.ucoef[r][p]})
+					xs = append(xs, rateCoef{f.flows[id].nrate, f.ucoef[r][p]})
 				}
 			}
 			saved := f.level[r]
@@ -498,5 +499,17 @@ func TestSolverBucketsMatchFullFill(t *testing.T) {
 				t.Fatalf("case %d, buckets from %d users: %v", i, th[0], err)
 			}
 		}
+	}
+}
+
+// A flow's solver state is two cache lines, everything but the
+// coefficients in the first (flowState's comment).
+func TestFlowStateLayout(t *testing.T) {
+	var fl flowState
+	if n := unsafe.Sizeof(fl); n != 128 {
+		t.Errorf("flowState is %d bytes, want 128", n)
+	}
+	if o := unsafe.Offsetof(fl.coef); o != 64 || unsafe.Offsetof(fl.res)+unsafe.Sizeof(fl.res) > 64 {
+		t.Errorf("coefficients at %d, paths end at %d: the first line should hold all but the coefficients", o, unsafe.Offsetof(fl.res)+unsafe.Sizeof(fl.res))
 	}
 }
