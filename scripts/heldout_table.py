@@ -64,7 +64,7 @@ def main(out):
     head += [f"preset {k + 1} (error)" for k in range(len(presets))] + ["spread"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
-    tally = {"rows": 0, "within 10%": 0, "spread within 3%": 0, "no measurement": 0}
+    tally = {"rows": 0, "within 10%": 0, "spread within 3%": 0, "no measurement": 0, "no prediction": 0}
     classes = {}  # class -> [runs, within 10%, spread within 3%, errors]
     for path in sorted(glob.glob(os.path.join(out, "*.json"))):
         name = os.path.basename(path)[:-5]
@@ -75,6 +75,15 @@ def main(out):
             print(f"| {name} | - | - | - | - | no JSON ({e.__class__.__name__}) |" + " |" * (len(presets) + 1))
             tally["rows"] += 1
             tally["no measurement"] += 1
+            continue
+        want = args[-1] if args else None
+        if want is None or doc.get("scenario") != want:
+            # A record is predicted from its config's scenario: one of
+            # another scenario (or no config) would be predicted wrong.
+            for r in doc.get("records", []):
+                tally["rows"] += 1
+                tally["no prediction"] += 1
+                print(f"| {name} | - | {r.get('route', '')} | {r.get('launch', '')} | {r.get('transport', '')} | scenario {doc.get('scenario')!r}, but the config {name!r} predicts {want!r} |" + " |" * (len(presets) + 1))
             continue
         for r in doc.get("records", []):
             tally["rows"] += 1
@@ -98,6 +107,8 @@ def main(out):
                 tally["within 10%"] += 1
             if len(models) == len(presets) and spread <= 0.03:
                 tally["spread within 3%"] += 1
+            if not models:
+                tally["no prediction"] += 1
             if models:
                 c = classes.setdefault(run_class(name, r), [0, 0, 0, []])
                 c[0] += 1
