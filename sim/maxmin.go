@@ -103,6 +103,9 @@ type fluid struct {
 	count  []int32       // per resource: unfrozen flows
 	cand   []int64       // per resource: its candidate level
 	nlevel []int64       // per resource: its new level
+	olev   []int64       // per resource of A, in commit: its level before
+	shW    []int64       // per resource of A, in commit: the slots moving from olev to its new level, their coefficients summed
+	shC    []int32       // and counted
 	bounds []bounded     // flows of S with a finite bound, sorted by it
 	stale  []bool        // per resource: its candidate needs recomputing
 	dl     [][]rateDelta // per held resource checked: the rates changed on it
@@ -203,6 +206,9 @@ func newFluid(capacity []u128) *fluid {
 		count:    make([]int32, n),
 		cand:     make([]int64, n),
 		nlevel:   make([]int64, n),
+		olev:     make([]int64, n),
+		shW:      make([]int64, n),
+		shC:      make([]int32, n),
 		stale:    make([]bool, n),
 		bkt:      make([][]rbucket, n),
 		bucketed: make([]bool, n),
@@ -365,6 +371,30 @@ func (f *fluid) bucketRemove(r int32, rate, coef int64) {
 	i := f.bucket(r, rate)
 	bs[i].w -= coef
 	if bs[i].c--; bs[i].c == 0 { // empty: the last bucket takes its place
+		n := len(bs) - 1
+		bs[i] = bs[n]
+		f.bkt[r] = bs[:n]
+	}
+}
+
+// bucketShift moves c path slots on resource r, of coefficients w there
+// summed, from r's bucket at rate old to the one at rate new.
+func (f *fluid) bucketShift(r int32, old, new, w int64, c int32) {
+	i := f.bucket(r, old)
+	if f.bkt[r][i].c == c && f.bucket(r, new) < 0 { // all of it: relabel
+		f.bkt[r][i].rate = new
+		return
+	}
+	j := f.bucket(r, new)
+	if j < 0 {
+		f.bkt[r] = append(f.bkt[r], rbucket{rate: new})
+		j = len(f.bkt[r]) - 1
+	}
+	bs := f.bkt[r]
+	bs[j].w += w
+	bs[j].c += c
+	bs[i].w -= w
+	if bs[i].c -= c; bs[i].c == 0 {
 		n := len(bs) - 1
 		bs[i] = bs[n]
 		f.bkt[r] = bs[:n]
@@ -1207,8 +1237,15 @@ func (f *fluid) holdsSorted(r int32, e uint32) bool {
 }
 
 // commit adopts the refill's levels and rates and records what changed.
+//
+// A resource of A whose level moves typically moves its whole group
+// with it: the slots on it that go from its old level to its new one
+// (on dsv3-256, 7.8M of hierarchical's 16.7M slot moves, 81M of flat's
+// 188M) are summed and moved between its buckets at once.
 func (f *fluid) commit() {
+	e := f.epoch // the last fill's: A's resources carry it
 	for _, r := range f.A {
+		f.olev[r], f.shW[r], f.shC[r] = f.level[r], 0, 0
 		if nl := f.nlevel[r]; nl != f.level[r] {
 			f.levelCh = append(f.levelCh, levelChange{r, f.level[r], nl})
 			f.level[r] = nl
@@ -1223,9 +1260,16 @@ func (f *fluid) commit() {
 				if fl.bkt&(1<<k) == 0 {
 					continue
 				}
-				if fl.group >= 0 {
-					f.bucketRemove(r, fl.rate, fl.coef[k])
+				if fl.group < 0 {
+					f.bucketAdd(r, nr, fl.coef[k])
+					continue
 				}
+				if f.resMark[r] == e && fl.rate == f.olev[r] && nr == f.level[r] {
+					f.shW[r] += fl.coef[k]
+					f.shC[r]++
+					continue
+				}
+				f.bucketRemove(r, fl.rate, fl.coef[k])
 				f.bucketAdd(r, nr, fl.coef[k])
 			}
 		}
@@ -1237,6 +1281,11 @@ func (f *fluid) commit() {
 			}
 			f.gmemAdd(id, g)
 			fl.group = g
+		}
+	}
+	for _, r := range f.A {
+		if c := f.shC[r]; c > 0 {
+			f.bucketShift(r, f.olev[r], f.level[r], f.shW[r], c)
 		}
 	}
 }
