@@ -63,17 +63,16 @@ type fluid struct {
 	// resource's solved flows by rate (a flow's rate is its group's
 	// level, and many groups share a level), each resource's group
 	// members, and the flows added since the last solve.
-	bkt [][]rbucket // per resource: its solved flows, by rate (if bucketed)
+	bkt [][]rbucket // per resource: its solved flows, by rate (if bucketed): counts and sums, no lists
 	// bucketed: per resource, whether it keeps buckets. One with few
 	// users keeps none (they would cost more than they save): a refill
 	// takes its users one by one. It starts keeping them at bktOn users
 	// and stops at bktOff (the tests vary both).
 	bucketed      []bool
 	bktOn, bktOff int
-	bpos          [][maxPath]int32 // per flow slot, per path slot: its index in its bucket
-	gmem          [][]int32        // per resource: the flows whose group it is
-	gpos          []int32          // per flow slot: its index in gmem[group]
-	fresh         []int32          // flows added since the last solve (removed or repeated slots included)
+	gmem          [][]int32 // per resource: the flows whose group it is
+	gpos          []int32   // per flow slot: its index in gmem[group]
+	fresh         []int32   // flows added since the last solve (removed or repeated slots included)
 
 	// What the last solve changed: the groups whose level moved and the
 	// flows whose group did (a new flow from group -1).
@@ -95,8 +94,6 @@ type fluid struct {
 	resMark []uint32 // per resource: in A at this epoch
 	chkMark []uint32 // per resource: queued for verification in round chk
 	chk     uint32
-	relMark []uint32 // per resource: its bucket at relOld moved whole in the commit at this epoch
-	relOld  []int64
 	A       []int32
 	X       []int32 // the flows the last fill touched: marked, their new rates in nrate
 	check   []int32
@@ -106,6 +103,8 @@ type fluid struct {
 	count  []int32       // per resource: unfrozen flows
 	cand   []int64       // per resource: its candidate level
 	nlevel []int64       // per resource: its new level
+	pend   []shift       // per resource, in commit: the slot moves it holds back to make at once
+	pendR  []int32       // the resources with moves held back in this commit
 	bounds []bounded     // flows of S with a finite bound, sorted by it
 	stale  []bool        // per resource: its candidate needs recomputing
 	dl     [][]rateDelta // per held resource checked: the rates changed on it
@@ -117,22 +116,22 @@ type fluid struct {
 }
 
 // rbucket is a resource's solved flows at one rate: their coefficients
-// there summed, and the flows (with the path slot that holds the
-// resource).
+// there summed and their path slots on it counted. It lists no flows: a
+// refill that needs a bucket's flows (expand) finds them among the
+// resource's users by rate, which is rarer than moving flows between
+// buckets (on dsv3-256 hierarchical, 0.45M users scanned against 8.8M
+// flow slots moved).
 type rbucket struct {
 	rate int64
 	w    int64
-	ids  []member
+	c    int32
 }
-
-type member struct{ id, k int32 }
 
 // aggEntry is a bucket of a resource of A in a local refill, less the
 // flows the refill handles one by one: w and c are what is left unfrozen
 // of it, all bounded at rate.
 type aggEntry struct {
 	r    int32
-	b    int32 // the bucket's index in bkt[r]
 	c    int32
 	rate int64
 	w    int64
@@ -157,6 +156,13 @@ type flowState struct {
 	res    [maxPath]int32
 	coef   [maxPath]int64
 	_      [16]byte
+}
+
+// shift is path slots on a resource that move from its bucket at rate old
+// to the one at rate new: c of them, their coefficients there summed.
+type shift struct {
+	old, new, w int64
+	c           int32
 }
 
 // levelChange is a group whose level a solve changed.
@@ -201,13 +207,12 @@ func newFluid(capacity []u128) *fluid {
 		capGroup: map[int64]int32{},
 		resMark:  make([]uint32, n),
 		chkMark:  make([]uint32, n),
-		relMark:  make([]uint32, n),
-		relOld:   make([]int64, n),
 		load:     make([]u128, n),
 		wt:       make([]int64, n),
 		count:    make([]int32, n),
 		cand:     make([]int64, n),
 		nlevel:   make([]int64, n),
+		pend:     make([]shift, n),
 		stale:    make([]bool, n),
 		bkt:      make([][]rbucket, n),
 		bucketed: make([]bool, n),
@@ -241,7 +246,6 @@ func (f *fluid) add(res []int32, coef []int64, limit int64) int32 {
 		id = int32(len(f.flows))
 		f.flows = append(f.flows, flowState{})
 		f.pos = append(f.pos, [maxPath]int32{})
-		f.bpos = append(f.bpos, [maxPath]int32{})
 		f.gpos = append(f.gpos, 0)
 	}
 	f.fresh = append(f.fresh, id)
@@ -285,7 +289,7 @@ func (f *fluid) bucketOn(r int32) {
 		if fl.group < 0 {
 			continue
 		}
-		f.bucketAdd(r, fl.rate, k, id)
+		f.bucketAdd(r, fl.rate, fl.coef[k])
 		if fl.group == r && slices.Index(fl.res[:fl.n], r) == int(k) {
 			f.gmemAdd(id, r) // once, at its first slot on r
 		}
@@ -308,7 +312,7 @@ func (f *fluid) remove(id int32) {
 	if fl.group >= 0 && fl.bkt != 0 {
 		for k := range int(fl.n) {
 			if fl.bkt&(1<<k) != 0 {
-				f.bucketRemove(fl.res[k], fl.rate, int32(k), id)
+				f.bucketRemove(fl.res[k], fl.rate, fl.coef[k])
 			}
 		}
 		f.gmemRemove(id, fl.group)
@@ -350,45 +354,53 @@ func (f *fluid) bucket(r int32, rate int64) int {
 	return -1
 }
 
-// bucketAdd puts path slot k of flow id, on resource r, in r's bucket at
-// rate.
-func (f *fluid) bucketAdd(r int32, rate int64, k, id int32) {
+// bucketAdd puts a flow's path slot on resource r, of coefficient coef
+// there, in r's bucket at rate.
+func (f *fluid) bucketAdd(r int32, rate, coef int64) {
+	bs := f.bkt[r]
 	i := f.bucket(r, rate)
 	if i < 0 {
-		bs := f.bkt[r]
-		if n := len(bs); n < cap(bs) {
-			bs = bs[:n+1]
-			bs[n].rate, bs[n].w, bs[n].ids = rate, 0, bs[n].ids[:0]
-		} else {
-			bs = append(bs, rbucket{rate: rate})
-		}
+		bs = append(bs, rbucket{rate: rate})
 		f.bkt[r] = bs
 		i = len(bs) - 1
 	}
-	b := &f.bkt[r][i]
-	f.bpos[id][k] = int32(len(b.ids))
-	b.ids = append(b.ids, member{id, k})
-	b.w += f.flows[id].coef[k]
+	bs[i].w += coef
+	bs[i].c++
 }
 
-// bucketRemove takes path slot k of flow id out of resource r's bucket at
-// rate.
-func (f *fluid) bucketRemove(r int32, rate int64, k, id int32) {
+// bucketRemove takes a flow's path slot on resource r, of coefficient
+// coef there, out of r's bucket at rate.
+func (f *fluid) bucketRemove(r int32, rate, coef int64) {
 	bs := f.bkt[r]
 	i := f.bucket(r, rate)
-	b := &bs[i]
-	p := f.bpos[id][k]
-	last := int32(len(b.ids) - 1)
-	if p != last {
-		m := b.ids[last]
-		b.ids[p] = m
-		f.bpos[m.id][m.k] = p
-	}
-	b.ids = b.ids[:last]
-	b.w -= f.flows[id].coef[k]
-	if last == 0 { // empty: the last bucket takes its place, its ids kept for reuse
+	bs[i].w -= coef
+	if bs[i].c--; bs[i].c == 0 { // empty: the last bucket takes its place
 		n := len(bs) - 1
-		bs[i], bs[n] = bs[n], bs[i]
+		bs[i] = bs[n]
+		f.bkt[r] = bs[:n]
+	}
+}
+
+// bucketShift makes the move s on resource r's buckets.
+func (f *fluid) bucketShift(r int32, s shift) {
+	old, new, w, c := s.old, s.new, s.w, s.c
+	i := f.bucket(r, old)
+	j := f.bucket(r, new)
+	if f.bkt[r][i].c == c && j < 0 { // all of it: relabel
+		f.bkt[r][i].rate = new
+		return
+	}
+	if j < 0 {
+		f.bkt[r] = append(f.bkt[r], rbucket{rate: new})
+		j = len(f.bkt[r]) - 1
+	}
+	bs := f.bkt[r]
+	bs[j].w += w
+	bs[j].c += c
+	bs[i].w -= w
+	if bs[i].c -= c; bs[i].c == 0 {
+		n := len(bs) - 1
+		bs[i] = bs[n]
 		f.bkt[r] = bs[:n]
 	}
 }
@@ -419,7 +431,6 @@ func (f *fluid) stamp() uint32 {
 	f.epoch++
 	if f.epoch == 0 { // wrapped: reset stamps
 		clear(f.resMark)
-		clear(f.relMark)
 		for i := range f.flows {
 			f.flows[i].mark = 0
 		}
@@ -744,15 +755,15 @@ func (f *fluid) fillAgg(e uint32) {
 			if b.rate >= noLevel-1 {
 				// Unbounded flows (outside the engine's ranges):
 				// explicit.
-				for _, m := range b.ids {
-					if f.flows[m.id].mark != e {
-						f.flows[m.id].mark = e
-						X = append(X, m.id)
+				for _, id := range f.users[r] {
+					if fl := &f.flows[id]; fl.group >= 0 && fl.rate == b.rate && fl.mark != e {
+						fl.mark = e
+						X = append(X, id)
 					}
 				}
 				continue
 			}
-			ents = append(ents, aggEntry{r: r, b: int32(bi), c: int32(len(b.ids)), rate: b.rate, w: b.w})
+			ents = append(ents, aggEntry{r: r, c: b.c, rate: b.rate, w: b.w})
 		}
 		f.entHi[r] = int32(len(ents))
 	}
@@ -868,10 +879,9 @@ func (f *fluid) fillAgg(e uint32) {
 // entries, and adds them to X.
 func (f *fluid) expand(ents []aggEntry, j int32, level int64, e uint32, X []int32) []int32 {
 	x := &ents[j]
-	for _, m := range f.bkt[x.r][x.b].ids {
-		id := m.id
-		if f.flows[id].mark == e {
-			continue // explicit, or expanded already
+	for _, id := range f.users[x.r] {
+		if fl := &f.flows[id]; fl.mark == e || fl.group < 0 || fl.rate != x.rate {
+			continue // explicit, expanded already, or in another bucket
 		}
 		f.flows[id].mark = e
 		X = append(X, id)
@@ -1231,8 +1241,16 @@ func (f *fluid) holdsSorted(r int32, e uint32) bool {
 }
 
 // commit adopts the refill's levels and rates and records what changed.
+//
+// Slots move between buckets in runs: a resource of A whose level moves
+// moves its group with it, and flows of identical replicas move from
+// one shared rate to another on the resources they share. Each resource
+// holds back its last move and adds to it the slots that make the same
+// one, and makes it at once when another comes or at the end (on
+// dsv3-256 the slots on a resource of A moving from its level to its
+// new one alone are 7.8M of hierarchical's 16.7M slot moves, 81M of
+// flat's 188M).
 func (f *fluid) commit() {
-	f.relabel()
 	for _, r := range f.A {
 		if nl := f.nlevel[r]; nl != f.level[r] {
 			f.levelCh = append(f.levelCh, levelChange{r, f.level[r], nl})
@@ -1248,13 +1266,22 @@ func (f *fluid) commit() {
 				if fl.bkt&(1<<k) == 0 {
 					continue
 				}
-				if fl.group >= 0 && f.relMark[r] == f.epoch && fl.rate == f.relOld[r] {
-					continue // its bucket moved whole
+				if fl.group < 0 {
+					f.bucketAdd(r, nr, fl.coef[k])
+					continue
 				}
-				if fl.group >= 0 {
-					f.bucketRemove(r, fl.rate, k, id)
+				p := &f.pend[r]
+				if p.c > 0 && p.old == fl.rate && p.new == nr {
+					p.w += fl.coef[k]
+					p.c++
+					continue
 				}
-				f.bucketAdd(r, nr, k, id)
+				if p.c > 0 {
+					f.bucketShift(r, *p)
+				} else {
+					f.pendR = append(f.pendR, r)
+				}
+				*p = shift{fl.rate, nr, fl.coef[k], 1}
 			}
 		}
 		fl.rate = nr
@@ -1267,38 +1294,11 @@ func (f *fluid) commit() {
 			fl.group = g
 		}
 	}
-}
-
-// relabel moves whole, before commit moves flows one by one, the bucket
-// of each resource of A whose level changes where every flow in it moves
-// to the new level and no bucket is there yet: typically the flows it
-// bottlenecks. It marks the resource (relMark at this epoch, relOld the
-// old rate) so that commit leaves those flows' slots on it in place: no
-// other flow on it is at the old rate.
-func (f *fluid) relabel() {
-	e := f.epoch // the last fill's: X's flows carry it
-	for _, r := range f.A {
-		ol, nl := f.level[r], f.nlevel[r]
-		if nl == ol || !f.bucketed[r] {
-			continue
-		}
-		i := f.bucket(r, ol)
-		if i < 0 || f.bucket(r, nl) >= 0 {
-			continue
-		}
-		b := &f.bkt[r][i]
-		all := true
-		for _, m := range b.ids {
-			if fl := &f.flows[m.id]; fl.mark != e || fl.nrate != nl {
-				all = false
-				break
-			}
-		}
-		if all {
-			b.rate = nl
-			f.relMark[r], f.relOld[r] = e, ol
-		}
+	for _, r := range f.pendR {
+		f.bucketShift(r, f.pend[r])
+		f.pend[r].c = 0
 	}
+	f.pendR = f.pendR[:0]
 }
 
 // groupOf is a flow's group under the current levels.

@@ -284,34 +284,25 @@ func checkAggregates(f *fluid) error {
 			}
 			continue
 		}
-		want := map[int64]int64{} // rate -> coefficients
-		n := 0
+		want := map[int64]int64{}  // rate -> coefficients
+		slots := map[int64]int32{} // rate -> path slots
 		for i, id := range f.users[r] {
 			if fl := &f.flows[id]; fl.group >= 0 {
 				want[fl.rate] += f.ucoef[r][i]
-				n++
+				slots[fl.rate]++
 			}
 		}
 		seen := map[int64]bool{}
 		for _, b := range f.bkt[r] {
-			if len(b.ids) == 0 || seen[b.rate] {
+			if b.c <= 0 || seen[b.rate] {
 				return fmt.Errorf("resource %d: bucket at %d empty or repeated", r, b.rate)
 			}
 			seen[b.rate] = true
-			var w int64
-			for p, m := range b.ids {
-				fl := &f.flows[m.id]
-				if fl.group < 0 || fl.res[m.k] != r || fl.rate != b.rate || f.bpos[m.id][m.k] != int32(p) {
-					return fmt.Errorf("resource %d: bucket at %d holds flow %d (slot %d) wrongly", r, b.rate, m.id, m.k)
-				}
-				w += fl.coef[m.k]
-				n--
-			}
-			if w != b.w || w != want[b.rate] {
-				return fmt.Errorf("resource %d: bucket at %d sums %d, its flows %d, the users %d", r, b.rate, b.w, w, want[b.rate])
+			if b.w != want[b.rate] || b.c != slots[b.rate] {
+				return fmt.Errorf("resource %d: bucket at %d sums %d over %d slots, the users %d over %d", r, b.rate, b.w, b.c, want[b.rate], slots[b.rate])
 			}
 		}
-		if n != 0 || len(seen) != len(want) {
+		if len(seen) != len(want) {
 			return fmt.Errorf("resource %d: the buckets miss users", r)
 		}
 		members := 0
