@@ -1088,20 +1088,8 @@ func (f *fluid) holdsRates(r int32, xs []rateCoef) bool {
 			return false
 		}
 	}
-	capa := f.capacity[r]
-	if lvl == noLevel {
-		if need := below.add(u128{0, wBelow}); !capa.less(need) {
-			return true
-		}
-	} else {
-		if wAt == 0 || capa.less(below) || capa.sub(below).floorDiv(wAt) != lvl {
-			return false
-		}
-		room := capa.sub(below).sub(at)
-		slack := room.add(mul128(uint64(lvl-top-1), wAt))
-		if wBelow == 0 || !slack.less(u128{0, wBelow}) {
-			return true
-		}
+	if ok, sure := settleHolds(f.capacity[r], lvl, below, at, wBelow, wAt, top); sure {
+		return ok
 	}
 	n := 0
 	for _, x := range xs {
@@ -1110,30 +1098,7 @@ func (f *fluid) holdsRates(r int32, xs []rateCoef) bool {
 			n++
 		}
 	}
-	xs = xs[:n]
-	sortRates(xs)
-	var load u128
-	w := f.wsum[r]
-	for i := 0; i < len(xs); {
-		mu := xs[i].rate
-		var k int64
-		if !load.less(capa) {
-			k = 0
-		} else {
-			k = capa.sub(load).floorDiv(uint64(w))
-		}
-		if lvl <= mu {
-			return lvl == mu && k == lvl
-		}
-		if k <= mu {
-			return false
-		}
-		for ; i < len(xs) && xs[i].rate == mu; i++ {
-			load = load.add(mul128(uint64(xs[i].coef), uint64(mu)))
-			w -= xs[i].coef
-		}
-	}
-	return lvl == noLevel
+	return sweepHolds(xs[:n], f.capacity[r], f.wsum[r], lvl)
 }
 
 // sortRates sorts by rate.
@@ -1183,7 +1148,13 @@ func (f *fluid) holdsFast(r int32, e uint32) (ok, sure bool) {
 			return false, true
 		}
 	}
-	capa := f.capacity[r]
+	return settleHolds(f.capacity[r], lvl, below, at, wBelow, wAt, top)
+}
+
+// settleHolds is holdsFast's test on a resource of capacity capa at level
+// lvl whose flows below lvl load it with below (coefficients wBelow, the
+// fastest at top) and at lvl with at (coefficients wAt).
+func settleHolds(capa u128, lvl int64, below, at u128, wBelow, wAt uint64, top int64) (ok, sure bool) {
 	if lvl == noLevel {
 		need := below.add(u128{0, wBelow})
 		if !capa.less(need) {
@@ -1212,19 +1183,23 @@ func (f *fluid) holdsSorted(r int32, e uint32) bool {
 		}
 		xs = append(xs, rateCoef{x, f.ucoef[r][i]})
 	}
-	slices.SortFunc(xs, func(a, b rateCoef) int { return cmp.Compare(a.rate, b.rate) })
 	f.sorted = xs
-	lvl := f.level[r]
+	return sweepHolds(xs, f.capacity[r], f.wsum[r], f.level[r])
+}
+
+// sweepHolds is holds by sweeping rates in order: xs, the flows' rates and
+// coefficients (summing to w, none zero), on a resource of capacity capa
+// at level lvl; it sorts xs. At every distinct rate mu below lvl the
+// candidate with the flows below mu frozen must be above mu; at lvl, equal.
+func sweepHolds(xs []rateCoef, capa u128, w, lvl int64) bool {
+	sortRates(xs)
 	var load u128
-	w := f.wsum[r]
 	for i := 0; i < len(xs); {
 		mu := xs[i].rate
 		// The candidate while the flows slower than mu are frozen.
 		var k int64
-		if !load.less(f.capacity[r]) {
-			k = 0
-		} else {
-			k = f.capacity[r].sub(load).floorDiv(uint64(w))
+		if load.less(capa) {
+			k = capa.sub(load).floorDiv(uint64(w))
 		}
 		if lvl <= mu {
 			return lvl == mu && k == lvl
