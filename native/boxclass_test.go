@@ -45,7 +45,7 @@ func TestBoxClassMatchesKernel(t *testing.T) {
 		} else {
 			s = schedtest.Random(t, rng)
 		}
-		off, _, _ := placement(s, nil)
+		off, _, _, _ := placement(s, nil)
 		x := &Executor{s: s, bufAddr: make([]uint64, len(s.Buffers))}
 		for i := range s.Buffers {
 			x.bufAddr[i] = 1<<30 + uint64(s.Buffers[i].Rank)<<24 + uint64(off[i])
@@ -95,7 +95,7 @@ func TestPlacementAlignsLargeBuffers(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	one := func(s *ir.Schedule) {
 		t.Helper()
-		off, rankBytes, rankStaging := placement(s, nil)
+		off, rankBytes, rankStaging, _ := placement(s, nil)
 		arena := s.ArenaBytes()
 		type span struct{ lo, hi int64 }
 		spans := map[int][]span{}
@@ -144,14 +144,17 @@ func TestPlacementAlignsLargeBuffers(t *testing.T) {
 func TestAlignEnvRefused(t *testing.T) {
 	for _, c := range []struct{ name, value string }{{"M2N_BUFFER_ALIGN", "2MiB"}, {"M2N_SMALL_ALIGN", "100"}, {"M2N_BUFFER_ALIGN", "128"}} {
 		t.Setenv(c.name, c.value)
-		err := alignEnvError()
-		if err == nil || !strings.Contains(err.Error(), c.name) || !strings.Contains(err.Error(), c.value) {
-			t.Errorf("%s=%s: %v", c.name, c.value, err)
+		v, err := envPow2(c.name, 4096)
+		if err == nil || !strings.Contains(err.Error(), c.name) || !strings.Contains(err.Error(), c.value) || v != 4096 {
+			t.Errorf("%s=%s: %d, %v", c.name, c.value, v, err)
 		}
-		t.Setenv(c.name, "")
 	}
 	t.Setenv("M2N_BUFFER_ALIGN", "65536")
-	if err := alignEnvError(); err != nil {
-		t.Error(err)
+	if v, err := envPow2("M2N_BUFFER_ALIGN", 4096); err != nil || v != 65536 {
+		t.Errorf("65536: %d, %v", v, err)
+	}
+	t.Setenv("M2N_BUFFER_ALIGN", "")
+	if v, err := envPow2("M2N_BUFFER_ALIGN", 4096); err != nil || v != 4096 {
+		t.Errorf("unset: %d, %v", v, err)
 	}
 }

@@ -322,7 +322,7 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 			}
 		}
 	}
-	off, rankBytes, rankStaging := placement(s, func(i int) bool { _, ok := ext[i]; return ok })
+	off, rankBytes, rankStaging, rankAlign := placement(s, func(i int) bool { _, ok := ext[i]; return ok })
 	x.ipc = opt.Backend == NCCL && x.opt.Transport == TransportCopy && opt.Launch != nil
 	// Over CUDA IPC a receiver pulls where the schedule lets it (program.Pullable:
 	// measured faster for the dense whole model, docs/native.md) and
@@ -342,20 +342,12 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 	}
 	need := map[int]int64{}
 	x.need, x.staging = need, map[int]int64{}
-	rankAlign := map[int]int64{}
-	for i := range s.Buffers {
-		a := smallAlign
-		if b := &s.Buffers[i]; b.Bytes >= bufferAlign && !b.InArena {
-			a = bufferAlign
-		}
-		rankAlign[s.Buffers[i].Rank] = max(rankAlign[s.Buffers[i].Rank], a)
-	}
 	rankStart := map[int]int64{}
 	for _, r := range s.World {
 		if d, ok := devOf[int32(r.Rank)]; ok {
 			// A rank's block starts as aligned as its buffers need
 			// (several ranks share a device in loopback).
-			need[d] = alignTo(need[d], max(rankAlign[r.Rank], smallAlign))
+			need[d] = alignTo(need[d], rankAlign[r.Rank])
 			rankStart[r.Rank] = need[d]
 			need[d] += rankBytes[r.Rank] + flagBytes
 			x.staging[d] += rankStaging[r.Rank]
@@ -572,7 +564,7 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 	return x, nil
 }
 
-func align(n int64) int64 { return (n + 255) &^ 255 }
+func align(n int64) int64 { return alignTo(n, 256) }
 
 // placement lays out each rank's buffers in one block: the rank's staging
 // arena first (its largest arena_offset + bytes; arena buffers at their
@@ -580,11 +572,16 @@ func align(n int64) int64 { return (n + 255) &^ 255 }
 // buffer in schedule order, each at a multiple of bufferAlign when it holds
 // at least that many bytes and of smallAlign otherwise. It returns each
 // buffer's offset in its rank's block, each rank's block size, and the
-// staging part of it (with the padding before its staging buffers). Buffers
+// staging part of it (with the padding before its staging buffers), and
+// the alignment each rank's block needs (bufferAlign where it holds a
+// large buffer, else smallAlign; a rank of none, smallAlign too). Buffers
 // skip reports (the caller's arrays) are left out.
-func placement(s *ir.Schedule, skip func(buf int) bool) (off []int64, rankBytes, rankStaging map[int]int64) {
+func placement(s *ir.Schedule, skip func(buf int) bool) (off []int64, rankBytes, rankStaging, rankAlign map[int]int64) {
 	off = make([]int64, len(s.Buffers))
-	rankBytes, rankStaging = map[int]int64{}, map[int]int64{}
+	rankBytes, rankStaging, rankAlign = map[int]int64{}, map[int]int64{}, map[int]int64{}
+	for _, r := range s.World {
+		rankAlign[r.Rank] = smallAlign
+	}
 	for r, n := range s.ArenaBytes() {
 		rankBytes[r] = align(n)
 		rankStaging[r] = align(n)
@@ -601,6 +598,7 @@ func placement(s *ir.Schedule, skip func(buf int) bool) (off []int64, rankBytes,
 		at := alignTo(rankBytes[b.Rank], smallAlign)
 		if b.Bytes >= bufferAlign {
 			at = alignTo(at, bufferAlign)
+			rankAlign[b.Rank] = bufferAlign
 		}
 		end := at + align(b.Bytes)
 		if b.Kind == ir.Staging {
@@ -608,7 +606,7 @@ func placement(s *ir.Schedule, skip func(buf int) bool) (off []int64, rankBytes,
 		}
 		off[i], rankBytes[b.Rank] = at, end
 	}
-	return off, rankBytes, rankStaging
+	return off, rankBytes, rankStaging, rankAlign
 }
 
 // bufferAlign is where in its rank's block a buffer of at least this many
@@ -625,30 +623,34 @@ func placement(s *ir.Schedule, skip func(buf int) bool) (off []int64, rankBytes,
 // measure; every process of a run must set the same (peers lay out each
 // other's blocks), and New refuses a value that is not one
 // (alignEnvError).
-var bufferAlign, smallAlign = envPow2("M2N_BUFFER_ALIGN", 2<<20), envPow2("M2N_SMALL_ALIGN", 256)
+var (
+	bufferAlign, bufferAlignErr = envPow2("M2N_BUFFER_ALIGN", 2<<20)
+	smallAlign, smallAlignErr   = envPow2("M2N_SMALL_ALIGN", 256)
+)
 
-// alignEnvError reports an alignment variable set to what envPow2 ignores.
+// alignEnvError reports an alignment variable set to what is not a power
+// of two of at least 256 (the default stands in for it).
 func alignEnvError() error {
-	for _, name := range []string{"M2N_BUFFER_ALIGN", "M2N_SMALL_ALIGN"} {
-		if s := os.Getenv(name); s != "" {
-			if v, err := strconv.ParseInt(s, 10, 64); err != nil || v < 256 || v&(v-1) != 0 {
-				return fmt.Errorf("%s = %q: want a power of two of at least 256 (bytes)", name, s)
-			}
-		}
+	if bufferAlignErr != nil {
+		return bufferAlignErr
 	}
-	return nil
+	return smallAlignErr
 }
 
 func alignTo(n, a int64) int64 { return (n + a - 1) &^ (a - 1) }
 
-// envPow2 is the environment variable name's value if it is a power of two
-// of at least 256, else def.
-func envPow2(name string, def int64) int64 {
-	v, err := strconv.ParseInt(os.Getenv(name), 10, 64)
-	if err != nil || v < 256 || v&(v-1) != 0 {
-		return def
+// envPow2 is the environment variable name's value, def where it is unset,
+// or def and an error naming it where it is not a power of two of at least
+// 256.
+func envPow2(name string, def int64) (int64, error) {
+	s := os.Getenv(name)
+	if s == "" {
+		return def, nil
 	}
-	return v
+	if v, err := strconv.ParseInt(s, 10, 64); err == nil && v >= 256 && v&(v-1) == 0 {
+		return v, nil
+	}
+	return def, fmt.Errorf("%s = %q: want a power of two of at least 256 (bytes)", name, s)
 }
 
 // Close releases device memory and the device layer.

@@ -191,7 +191,7 @@ func TestQuantKernelOfMatchesExecutor(t *testing.T) {
 				}
 			}
 		}
-		off, _, _ := placement(s, nil)
+		off, _, _, _ := placement(s, nil)
 		x := &Executor{s: s, bufAddr: make([]uint64, len(s.Buffers))}
 		for i := range s.Buffers {
 			x.bufAddr[i] = 1<<40 + uint64(s.Buffers[i].Rank)<<32 + uint64(off[i])
