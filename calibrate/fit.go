@@ -171,24 +171,29 @@ func fitting(in Input) (*Fit, error) {
 			Fit:     fmt.Sprintf("2 x the box's bytes / mean of median pack and unpack / memory, box %v of %v (%s; a device copy of its bytes: %v)", c.Size, c.Full, b.Kernel, median(b.Copy)),
 			Command: in.Command, Date: in.Date, Machine: in.Machine})
 	}
-	if len(in.Quant) > 0 {
-		q := func(t units.Time) float64 { return float64(in.QuantBytes) / t.Seconds() / float64(f.Memory) }
-		f.Quantize = math.Min(1, math.Round(q(median(in.Quant))*1000)/1000)
-		f.Measurements = append(f.Measurements, scenario.MeasurementSpec{Constant: "executor.quantize", Value: fmt.Sprintf("%.3f", f.Quantize),
-			Min: fmt.Sprintf("%.3f", q(in.Quant[len(in.Quant)-1])), Max: fmt.Sprintf("%.3f", q(in.Quant[0])), Samples: len(in.Quant),
-			Fit:     fmt.Sprintf("bytes read and written / median quantize of a %v bf16 box in 128 x 128 blocks / memory", QuantShape),
-			Command: in.Command, Date: in.Date, Machine: in.Machine})
-	}
-	if len(in.QuantGen) > 0 {
-		q := func(t units.Time) float64 { return float64(in.QuantGenBytes) / t.Seconds() / float64(f.Memory) }
-		f.QuantGeneric = math.Min(1, math.Round(q(median(in.QuantGen))*1000)/1000)
-		if !(f.QuantGeneric > 0) {
-			return nil, fmt.Errorf("calibrate: quantize_generic (quantize-generic) came out %g: %d bytes in a median %v cannot be a run of the bench", f.QuantGeneric, in.QuantGenBytes, median(in.QuantGen))
+	// A quantize kernel's rate: its bytes read and written a second over
+	// memory's, from the median of its bench's times (none: 0, not measured).
+	quantRate := func(constant string, ts []units.Time, bytes int64, what string) (float64, error) {
+		if len(ts) == 0 {
+			return 0, nil
 		}
-		f.Measurements = append(f.Measurements, scenario.MeasurementSpec{Constant: "executor.quantize_generic", Value: fmt.Sprintf("%.3f", f.QuantGeneric),
-			Min: fmt.Sprintf("%.3f", q(in.QuantGen[len(in.QuantGen)-1])), Max: fmt.Sprintf("%.3f", q(in.QuantGen[0])), Samples: len(in.QuantGen),
-			Fit:     fmt.Sprintf("bytes read and written / median quantize of a %v bf16 box in per-channel scales (1 x %d blocks; the generic kernel) / memory", QuantGenShape, QuantGenShape[len(QuantGenShape)-1]),
+		q := func(t units.Time) float64 { return float64(bytes) / t.Seconds() / float64(f.Memory) }
+		v := math.Min(1, math.Round(q(median(ts))*1000)/1000)
+		if !(v > 0) {
+			return 0, fmt.Errorf("calibrate: %s came out %g: %d bytes in a median %v cannot be a run of its bench", constant, v, bytes, median(ts))
+		}
+		f.Measurements = append(f.Measurements, scenario.MeasurementSpec{Constant: constant, Value: fmt.Sprintf("%.3f", v),
+			Min: fmt.Sprintf("%.3f", q(ts[len(ts)-1])), Max: fmt.Sprintf("%.3f", q(ts[0])), Samples: len(ts),
+			Fit:     "bytes read and written / median quantize of " + what + " / memory",
 			Command: in.Command, Date: in.Date, Machine: in.Machine})
+		return v, nil
+	}
+	if f.Quantize, err = quantRate("executor.quantize", in.Quant, in.QuantBytes, fmt.Sprintf("a %v bf16 box in 128 x 128 blocks", QuantShape)); err != nil {
+		return nil, err
+	}
+	if f.QuantGeneric, err = quantRate("executor.quantize_generic", in.QuantGen, in.QuantGenBytes,
+		fmt.Sprintf("a %v bf16 box in per-channel scales (1 x %d blocks; the generic kernel)", QuantGenShape, QuantGenShape[len(QuantGenShape)-1])); err != nil {
+		return nil, err
 	}
 	if len(in.BatchWhole) > 0 && len(in.BatchShared) > 0 {
 		r := func(whole, shared units.Time) float64 { return math.Min(1, float64(whole)/float64(shared)) }

@@ -20,6 +20,7 @@ import (
 	"unsafe"
 
 	"github.com/m2n-project/m2n/model/units"
+	"github.com/m2n-project/m2n/program"
 )
 
 // CopyBandwidth measures a device-to-device copy of n bytes on a GPU
@@ -282,13 +283,13 @@ func TimeQuantize(dev int, full, start, size []int64, br, bc int64, reps int) (t
 	if err := g.upload(dev, src, trainerWeights(fullBytes/2, rand.New(rand.NewPCG(3, 4)))); err != nil {
 		return nil, 0, err
 	}
-	sst := rowMajor(full)
+	sst := program.RowMajor(full)
 	var off int64
 	for d := range nd {
 		off += start[d] * sst[d]
 	}
 	scale := out + uint64((n+255)&^255)
-	a, kernel := planQuantArrays(src+uint64(2*off), out, scale, sst, rowMajor(size), rowMajor(sb), size, br, bc, 1, 2)
+	a, kernel := planQuantArrays(src+uint64(2*off), out, scale, sst, program.RowMajor(size), program.RowMajor(sb), size, br, bc, 1, 2)
 	st, err := g.newStream(dev)
 	if err != nil {
 		return nil, 0, err

@@ -15,6 +15,7 @@ import (
 
 	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/model/units"
+	"github.com/m2n-project/m2n/program"
 )
 
 // quantCase is one box to quantize between two arrays on the device.
@@ -69,15 +70,15 @@ func runQuantCase(t *testing.T, g *cudaGPU, dev int, st handle, rng *rand.Rand, 
 	if err := g.upload(dev, base, host); err != nil {
 		t.Fatal(err)
 	}
-	sst := rowMajor(c.srcFull)
+	sst := program.RowMajor(c.srcFull)
 	var off int64
 	for d := range nd {
 		off += c.srcStart[d] * sst[d]
 	}
 	sdt, _ := sdtCode(c.dt)
 	plan := func(b uint64) (quantArgs, string) {
-		return planQuantArrays(b+c.srcOff+uint64(off*elem), b+dstAt, b+scAt, sst, rowMajor(c.size),
-			rowMajor(append(append([]int64(nil), c.size[:nd-2]...), sb...)), c.size, c.br, c.bc, sdt, elem)
+		return planQuantArrays(b+c.srcOff+uint64(off*elem), b+dstAt, b+scAt, sst, program.RowMajor(c.size),
+			program.RowMajor(append(append([]int64(nil), c.size[:nd-2]...), sb...)), c.size, c.br, c.bc, sdt, elem)
 	}
 	a, kernel := plan(base)
 	if err := g.quantize(&a, kernel, false, st); err != nil {
@@ -302,7 +303,7 @@ func TestGPUFP8Bits(t *testing.T) {
 	sc, _ := g.alloc(dev, int64(len(bs)))
 	g.upload(dev, src, blk)
 	size := []int64{nb, 128, 128}
-	qa, kernel := planQuantArrays(src, out, sc, rowMajor(size), rowMajor(size), rowMajor([]int64{nb, 1, 1}), size, 128, 128, 1, 2)
+	qa, kernel := planQuantArrays(src, out, sc, program.RowMajor(size), program.RowMajor(size), program.RowMajor([]int64{nb, 1, 1}), size, 128, 128, 1, 2)
 	if err := g.quantize(&qa, kernel, false, st); err != nil {
 		t.Fatal(err)
 	}
@@ -364,7 +365,7 @@ func BenchmarkGPUQuantize(b *testing.B) {
 		dst, _ := g.alloc(dev, n)
 		sc, _ := g.alloc(dev, 4*nsc)
 		cp, _ := g.alloc(dev, 2*n)
-		sst := rowMajor(c.full)
+		sst := program.RowMajor(c.full)
 		var off int64
 		for d := range nd {
 			off += c.start[d] * sst[d]
@@ -374,7 +375,7 @@ func BenchmarkGPUQuantize(b *testing.B) {
 		if err := g.upload(dev, src, trainerWeights(full/2, rand.New(rand.NewPCG(3, uint64(len(c.name)))))); err != nil {
 			b.Fatal(err)
 		}
-		qa, kernel := planQuantArrays(src+uint64(2*off), dst, sc, sst, rowMajor(c.size), rowMajor(sb), c.size, 128, 128, 1, 2)
+		qa, kernel := planQuantArrays(src+uint64(2*off), dst, sc, sst, program.RowMajor(c.size), program.RowMajor(sb), c.size, 128, 128, 1, 2)
 		b.Run(c.name, func(b *testing.B) {
 			// The general vector kernel beside the chosen one, in one loop.
 			var tq, tg, tc units.Time

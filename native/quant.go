@@ -41,9 +41,6 @@ func sdtCode(dt layout.DType) (int32, error) {
 	return 0, fmt.Errorf("quantize: source dtype %v (the kernels take bf16, fp16 and fp32)", dt)
 }
 
-// rowMajor returns the element strides of a row-major array of shape full.
-func rowMajor(full []int64) []int64 { return program.RowMajor(full) }
-
 // regionArray returns where a region's box starts (its first element's
 // address) and the element strides of its buffer around it, as
 // program.RegionArray lays it out (the model's kernel choice reads the same).
@@ -154,7 +151,7 @@ func planQuantCheck(s *ir.Schedule, buf int, addr uint64) (quantCheckArgs, bool,
 	}
 	br, bc := wt.Quant.Blocks(wt.Src.Shape)
 	a = quantCheckArgs{Buf: addr, Tensor: int32(w), SDT: sdt, ND: int32(nd), Scales: scales, BR: br, BC: bc}
-	g := rowMajor(wt.Src.Shape)
+	g := program.RowMajor(wt.Src.Shape)
 	for d := range nd {
 		a.Start[d], a.Size[d], a.GStride[d] = box.Start[d], box.Size[d], g[d]
 	}

@@ -130,7 +130,7 @@ func TestPlanQuantKernel(t *testing.T) {
 		nd := len(c.size)
 		elem := []int64{0, 2, 2, 4}[c.sdt]
 		sb := append(append([]int64(nil), c.size[:nd-2]...), (c.size[nd-2]+c.br-1)/c.br, (c.size[nd-1]+c.bc-1)/c.bc)
-		a, kernel := planQuantArrays(c.src, 1<<20, 1<<30, rowMajor(c.size), rowMajor(c.size), rowMajor(sb), c.size, c.br, c.bc, c.sdt, elem)
+		a, kernel := planQuantArrays(c.src, 1<<20, 1<<30, program.RowMajor(c.size), program.RowMajor(c.size), program.RowMajor(sb), c.size, c.br, c.bc, c.sdt, elem)
 		threads, grid := quantGrid(kernel, a.Lead*a.NBR*a.NBC, 132, 0)
 		if kernel != c.want || threads != c.threads || grid != int64(c.grid) {
 			t.Errorf("%v in %dx%d blocks, dtype %d at %#x: %s on %d x %d threads; want %s on %d x %d", c.size, c.br, c.bc, c.sdt, c.src,
