@@ -642,11 +642,7 @@ func (f *fluid) fill(e uint32) {
 		if level == noLevel {
 			// Every unfrozen flow's resources have room beyond any
 			// level the units hold; the engine's ranges rule it out.
-			for _, id := range f.X {
-				if !f.flows[id].frozen {
-					f.flows[id].frozen, f.flows[id].nrate = true, noLevel-1
-				}
-			}
+			f.freezeUnbounded(f.X)
 			break
 		}
 		// Freeze at this level: first every saturated resource's flows,
@@ -826,11 +822,7 @@ func (f *fluid) fillAgg(e uint32) {
 		}
 		if level == noLevel {
 			// Only explicit flows are unbounded (fill's case).
-			for _, id := range X {
-				if !f.flows[id].frozen {
-					f.flows[id].frozen, f.flows[id].nrate = true, noLevel-1
-				}
-			}
+			f.freezeUnbounded(X)
 			break
 		}
 		f.markSaturating(act, level)
@@ -1099,6 +1091,16 @@ func (f *fluid) holdsRates(r int32, xs []rateCoef) bool {
 		}
 	}
 	return sweepHolds(xs[:n], f.capacity[r], f.wsum[r], lvl)
+}
+
+// freezeUnbounded freezes the flows of ids not yet frozen at the highest
+// rate (no resource bounds them).
+func (f *fluid) freezeUnbounded(ids []int32) {
+	for _, id := range ids {
+		if !f.flows[id].frozen {
+			f.flows[id].frozen, f.flows[id].nrate = true, noLevel-1
+		}
+	}
 }
 
 // sortRates sorts by rate.
