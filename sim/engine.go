@@ -35,6 +35,11 @@ type Options struct {
 	// duplex, set by the executor model, adds each GPU's NCCL channels
 	// as a resource of this capacity that NCCL transfers hold at both ends.
 	duplex units.Bandwidth
+	// NoSymmetry simulates every flow, even where the schedule's symmetry
+	// lets the simulator run one per class of flows alike and expand the
+	// result (symmetry.go); the result is the same, bit for bit, slower.
+	// Symmetry is never used when Timeline or Flows is set.
+	NoSymmetry bool
 	// Progress, if set, is told how far the simulation has come: once
 	// before the first event, then every 4096 batches of
 	// simultaneous events, and once at the end. Its reports are monotone
@@ -124,6 +129,9 @@ type Result struct {
 	// simulation modeled the executor (topo.Executor); else 0.
 	Groups    int
 	HostIssue units.Time
+	// classes is the flows the engine ran with symmetry (one per class of
+	// flows alike); 0 without.
+	classes int
 }
 
 // ErrDeadlock reports a schedule whose ops can never all run.
@@ -241,7 +249,7 @@ type engine struct {
 	active  []int32      // per resource, active flow count (for busy time)
 	since   []units.Time // per resource, when it last became busy
 	busy    []units.Time
-	bytes   []float64
+	bytes   []u128 // per resource, bytes carried x coefficient (fixed point)
 
 	// Groups: the flows sharing a bottleneck run at one rate, the group's
 	// level, so a group keeps one clock for all of them. served is what
@@ -261,9 +269,15 @@ type engine struct {
 	now        units.Time
 	seq        int64
 	totalFlows int // the flows the schedule runs (Progress.Flows)
-	starts     eventHeap
-	result     *Result
-	err        error // a failure inside the event loop
+	nops       int // the ops of the schedule (Progress.Ops)
+	// q, with symmetry, is the quotient the engine runs instead of the
+	// schedule (symmetry.go); nil without.
+	q         *quotient
+	caps      []u128 // per resource, its capacity
+	newSolver func(capacity []u128) solver
+	starts    eventHeap
+	result    *Result
+	err       error // a failure inside the event loop
 
 	// The executor model (runProgram): per op, when the host has issued
 	// it, its start latency (negative: its path class's) and its memory
@@ -285,6 +299,7 @@ type flowRec struct {
 	fluidID  int32
 	res      [maxFlowRes]int32 // the resources it holds: res[:nres]
 	coef     [maxFlowRes]float64
+	fx       [maxFlowRes]int64 // coef in fixed point (coefOf); with symmetry, W(F, R)
 	nres     int8
 	lat      units.Time
 	class    ir.Class
@@ -302,7 +317,7 @@ func (f *flowRec) path() ([]int32, []float64) { return f.res[:f.nres], f.coef[:f
 
 // hold appends a resource to the flow's path.
 func (f *flowRec) hold(r int32, coef float64) {
-	f.res[f.nres], f.coef[f.nres] = r, coef
+	f.res[f.nres], f.coef[f.nres], f.fx[f.nres] = r, coef, coefOf(coef)
 	f.nres++
 }
 
@@ -376,6 +391,7 @@ func newEngine(s *ir.Schedule, tp *topo.Topology, opt Options, newSolver func(ca
 		}
 		caps[i] = fixedFloor(c, rateBits+coefBits)
 	}
+	e.caps, e.newSolver = caps, newSolver
 	if newSolver == nil {
 		e.fluid = newFluid(caps)
 	} else {
@@ -384,16 +400,29 @@ func newEngine(s *ir.Schedule, tp *topo.Topology, opt Options, newSolver func(ca
 	e.active = make([]int32, len(e.res))
 	e.since = make([]units.Time, len(e.res))
 	e.busy = make([]units.Time, len(e.res))
-	e.bytes = make([]float64, len(e.res))
+	e.bytes = make([]u128, len(e.res))
 	return e, nil
 }
 
 func (e *engine) run() (*Result, error) {
+	e.record = e.opt.Flows || e.opt.Timeline
+	e.nops = len(e.s.Ops)
+	// One flow per local op and per send/recv pair.
+	for i := range e.s.Ops {
+		if e.s.Ops[i].Kind != ir.Recv {
+			e.totalFlows++
+		}
+	}
+	if !e.record && !e.opt.NoSymmetry && e.nops >= symMinOps {
+		sym := e.findSymmetry()
+		if sym != nil && len(sym.urep)*symGain <= sym.units {
+			e.quotient(sym)
+		}
+	}
 	s := e.s
 	n := int32(len(s.Ops))
 	e.waiting = make([]int32, n)
 	e.ready = make([]bool, n)
-	e.record = e.opt.Flows || e.opt.Timeline
 	if e.record {
 		e.flowOf = make([]int32, n)
 	}
@@ -418,14 +447,7 @@ func (e *engine) run() (*Result, error) {
 			fill[d]++
 		}
 	}
-	// One flow per local op and per send/recv pair.
-	nflows := 0
-	for i := range n {
-		if k := s.Ops[i].Kind; k != ir.Recv {
-			nflows++
-		}
-	}
-	e.totalFlows = nflows
+	nflows := e.totalFlows
 	if e.record {
 		e.result = &Result{FlowOf: e.flowOf}
 		e.result.FlowRes, e.result.FlowCoef = make([][]int32, 0, nflows), make([][]float64, 0, nflows)
@@ -468,16 +490,25 @@ func (e *engine) run() (*Result, error) {
 		return nil, e.err
 	}
 	e.progress()
-	if e.done != int(n) {
-		return nil, fmt.Errorf("%w: %d of %d ops never ran (a dependency cycle through a send/recv pair?)", ErrDeadlock, int(n)-e.done, n)
+	if e.done != e.nops {
+		return nil, fmt.Errorf("%w: %d of %d ops never ran (a dependency cycle through a send/recv pair?)", ErrDeadlock, e.nops-e.done, e.nops)
 	}
 	r := e.result
 	r.Makespan = e.now
 	r.Flows = int(e.nflows)
+	if e.q != nil {
+		r.Flows = e.q.sym.units
+		r.classes = len(e.q.sym.urep)
+	}
 	for i := range e.res {
-		st := ResourceStat{Resource: e.res[i], Bytes: int64(math.Round(e.bytes[i])), Busy: e.busy[i]}
+		j := i
+		if e.q != nil {
+			j = int(e.q.sym.rclass[i])
+		}
+		moved := e.bytes[j].float() / (1 << coefBits)
+		st := ResourceStat{Resource: e.res[i], Bytes: int64(math.Round(moved)), Busy: e.busy[j]}
 		if r.Makespan > 0 {
-			st.Utilization = e.bytes[i] / (float64(e.res[i].Capacity) * r.Makespan.Seconds())
+			st.Utilization = moved / (float64(e.res[i].Capacity) * r.Makespan.Seconds())
 		}
 		r.Resources = append(r.Resources, st)
 		if st.Utilization > r.Bottleneck.Utilization {
@@ -503,7 +534,7 @@ func (e *engine) nextTime() (units.Time, bool) {
 // progress reports how far the simulation has come, if asked to.
 func (e *engine) progress() {
 	if e.opt.Progress != nil {
-		e.opt.Progress(Progress{Now: e.now, OpsDone: e.done, Ops: len(e.s.Ops), Events: e.result.Events, Flows: e.totalFlows})
+		e.opt.Progress(Progress{Now: e.now, OpsDone: e.done, Ops: e.nops, Events: e.result.Events, Flows: e.totalFlows})
 	}
 }
 
@@ -529,8 +560,36 @@ func (e *engine) opReady(i int32) {
 // newFlow creates the flow of a local op (b = -1) or of a send/recv pair
 // and schedules its start after the path's latency.
 func (e *engine) newFlow(a, b int32) {
+	var f flowRec
+	var rel units.Time
+	if q := e.q; q != nil {
+		k := q.opClass[a]
+		f, rel = q.spec[k], q.rel[k]
+	} else {
+		f = e.spec(a, b)
+		if e.rel != nil {
+			rel = e.rel[a]
+			if b >= 0 {
+				rel = max(rel, e.rel[b])
+			}
+		}
+	}
+	f.ops, f.ready, f.group = [2]int32{a, b}, e.now, -1
+	id := e.alloc(f)
+	e.push(event{at: max(e.now, rel) + f.lat, flow: id})
+	if e.opt.Timeline {
+		e.result.Ops[a].Ready = e.now
+		if b >= 0 {
+			e.result.Ops[b].Ready = e.now
+		}
+	}
+}
+
+// spec is the flow of a local op (b = -1) or of a send/recv pair: its
+// path and coefficients, bytes, class and start latency.
+func (e *engine) spec(a, b int32) flowRec {
 	op := &e.s.Ops[a]
-	f := flowRec{ops: [2]int32{a, b}, ready: e.now, group: -1}
+	var f flowRec
 	var class ir.Class
 	if b < 0 {
 		class = ir.Local
@@ -542,10 +601,11 @@ func (e *engine) newFlow(a, b int32) {
 		f.hold(e.mem[g], coef)
 		f.bytes = op.Src.Bytes
 		if op.Kind == ir.Quantize { // reads its source once, writes fp8 and scales
-			f.coef[0] = 1
+			c := 1.0
 			if e.coef != nil && e.coef[a] > 0 { // the executor model: the kernel's rate
-				f.coef[0] = e.coef[a]
+				c = e.coef[a]
 			}
+			f.coef[0], f.fx[0] = c, coefOf(c)
 			f.bytes = op.Src.Bytes + op.Dst.Bytes + e.s.QuantScale[a].Bytes
 		}
 	} else {
@@ -584,24 +644,10 @@ func (e *engine) newFlow(a, b int32) {
 		}
 	}
 	f.lat, f.class = e.lat[class], class
-	at := e.now
-	if e.rel != nil {
-		if e.lat1[a] >= 0 {
-			f.lat = e.lat1[a]
-		}
-		at = max(at, e.rel[a])
-		if b >= 0 {
-			at = max(at, e.rel[b])
-		}
+	if e.lat1 != nil && e.lat1[a] >= 0 {
+		f.lat = e.lat1[a]
 	}
-	id := e.alloc(f)
-	e.push(event{at: at + f.lat, flow: id})
-	if e.opt.Timeline {
-		e.result.Ops[a].Ready = e.now
-		if b >= 0 {
-			e.result.Ops[b].Ready = e.now
-		}
-	}
+	return f
 }
 
 // alloc puts a new flow in a free slot and returns the slot; with
@@ -644,7 +690,7 @@ func (e *engine) startFlow(id int32) {
 	if f.bytes == 0 && e.rel != nil {
 		// The executor model's barriers move nothing: done on arrival,
 		// without entering the max-min solution.
-		e.result.Events++
+		e.result.Events += e.mul(f)
 		f.fluidID = -1
 		if e.opt.Timeline {
 			for _, o := range f.ops {
@@ -656,20 +702,16 @@ func (e *engine) startFlow(id int32) {
 		e.finishFlow(id)
 		return
 	}
-	res, coef := f.path()
-	var fixed [maxFlowRes]int64
-	for k, c := range coef {
-		fixed[k] = coefOf(c)
-	}
-	f.fluidID = e.fluid.add(res, fixed[:len(coef)], e.capRt[f.class])
+	res := f.res[:f.nres]
+	f.fluidID = e.fluid.add(res, f.fx[:f.nres], e.capRt[f.class])
 	for int(f.fluidID) >= len(e.byFluid) {
 		e.byFluid = append(e.byFluid, -1)
 	}
 	e.byFluid[f.fluidID] = id
-	e.result.Events++
+	e.result.Events += e.mul(f)
 	for _, r := range res {
 		if e.fluid.weight(r) > maxWeight {
-			e.err = fmt.Errorf("more flows at once on %s than the simulator holds (coefficients summing to %d x 2^-%d)", e.res[r].Name, e.fluid.weight(r), coefBits)
+			e.err = fmt.Errorf("more flows at once on %s than the simulator holds (coefficients summing to %d x 2^-%d)", e.resName(r), e.fluid.weight(r), coefBits)
 		}
 		if e.active[r] == 0 {
 			e.since[r] = e.now
@@ -703,13 +745,12 @@ func (e *engine) fire(g int32) {
 func (e *engine) finishFlow(id int32) {
 	f := &e.fl[id]
 	f.finished = true
-	moved := float64(f.bytes)
-	res, coef := f.path()
+	res := f.res[:f.nres]
 	if f.fluidID < 0 {
 		res = nil // a barrier: it held nothing
 	}
 	for k, r := range res {
-		e.bytes[r] += moved * coef[k]
+		e.bytes[r] = e.bytes[r].add(mul128(uint64(f.bytes), uint64(f.fx[k])))
 		if e.active[r]--; e.active[r] == 0 {
 			e.busy[r] += e.now - e.since[r]
 		}
@@ -718,7 +759,8 @@ func (e *engine) finishFlow(id int32) {
 		e.fluid.remove(f.fluidID)
 		e.byFluid[f.fluidID] = -1
 	}
-	e.result.Events++
+	m := e.mul(f)
+	e.result.Events += m
 	ops := f.ops // opReady may move e.fl
 	for _, o := range ops {
 		if o < 0 {
@@ -727,7 +769,7 @@ func (e *engine) finishFlow(id int32) {
 		if e.opt.Timeline {
 			e.result.Ops[o].End = e.now
 		}
-		e.done++
+		e.done += int(m)
 		for _, d := range e.dependents[e.depStart[o]:e.depStart[o+1]] {
 			if e.waiting[d]--; e.waiting[d] == 0 {
 				e.opReady(d)
