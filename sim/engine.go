@@ -129,9 +129,10 @@ type Result struct {
 	// simulation modeled the executor (topo.Executor); else 0.
 	Groups    int
 	HostIssue units.Time
-	// classes is the flows the engine ran with symmetry (one per class of
-	// flows alike); 0 without.
-	classes int
+	// FlowClasses is the flows the engine ran when it used the schedule's
+	// symmetry (one per class of flows alike, Options.NoSymmetry); 0 when
+	// it ran every flow.
+	FlowClasses int
 }
 
 // ErrDeadlock reports a schedule whose ops can never all run.
@@ -498,7 +499,7 @@ func (e *engine) run() (*Result, error) {
 	r.Flows = int(e.nflows)
 	if e.q != nil {
 		r.Flows = e.q.sym.units
-		r.classes = len(e.q.sym.urep)
+		r.FlowClasses = len(e.q.sym.urep)
 	}
 	for i := range e.res {
 		j := i

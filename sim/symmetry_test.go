@@ -161,20 +161,20 @@ func TestSymmetryExact(t *testing.T) {
 		if err := sameSimulation(with, without); err != nil {
 			t.Fatalf("case %d (%d ops, perturbed %v, %+v): %v", i, len(s.Ops), perturb, opt, err)
 		}
-		if with.classes > 0 {
+		if with.FlowClasses > 0 {
 			used++
-			if with.classes < with.Flows {
+			if with.FlowClasses < with.Flows {
 				reduced++
 			}
 		}
-		if without.classes != 0 {
+		if without.FlowClasses != 0 {
 			t.Fatalf("case %d: symmetry used with NoSymmetry set", i)
 		}
 		// Replicas provably alike: at most one class per template op.
 		if alike {
 			alikes++
-			if with.classes == 0 || with.classes > ntmpl {
-				t.Fatalf("case %d: replicas alike, %d template ops, %d flows: the engine ran %d classes (0: none)", i, ntmpl, with.Flows, with.classes)
+			if with.FlowClasses == 0 || with.FlowClasses > ntmpl {
+				t.Fatalf("case %d: replicas alike, %d template ops, %d flows: the engine ran %d classes (0: none)", i, ntmpl, with.Flows, with.FlowClasses)
 			}
 		}
 	}
@@ -201,7 +201,7 @@ func TestSymmetryCollisionsRefused(t *testing.T) {
 		if err := sameSimulation(with, without); err != nil {
 			t.Fatalf("case %d: %v", i, err)
 		}
-		if with.classes == 0 {
+		if with.FlowClasses == 0 {
 			refused++
 		}
 	}
