@@ -565,15 +565,9 @@ func (e *engine) newFlow(a, b int32) {
 	var rel units.Time
 	if q := e.q; q != nil {
 		k := q.opClass[a]
-		f, rel = q.spec[k], q.rel[k]
+		f, rel = q.sym.spec[k], q.sym.rel[k]
 	} else {
-		f = e.spec(a, b)
-		if e.rel != nil {
-			rel = e.rel[a]
-			if b >= 0 {
-				rel = max(rel, e.rel[b])
-			}
-		}
+		f, rel = e.unitFlow(a)
 	}
 	f.ops, f.ready, f.group = [2]int32{a, b}, e.now, -1
 	id := e.alloc(f)

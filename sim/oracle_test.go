@@ -364,14 +364,12 @@ func compare(got, want *Result) (worst, error) {
 	return wst, nil
 }
 
-// randomDAG is a random schedule on a random topology: transfers within and
-// across domains and local copies, each depending on a few earlier ops,
-// with sizes from a few bytes to tens of MiB, so that flows come and go in
-// bursts and share ports in tangled components.
-func randomDAG(rng *rand.Rand) (*ir.Schedule, *topo.Topology, Options) {
+// randomMachine is a random topology of 1 to 3 domains of minGPUs to
+// minGPUs+7 GPUs, and random options: ideal, flow caps, loopback or none.
+func randomMachine(rng *rand.Rand, minGPUs int) (*topo.Topology, Options) {
 	tp, _ := topo.Preset("gb200-nvl72")
 	tp.Domains = 1 + rng.IntN(3)
-	tp.GPUsPerDomain = 1 + rng.IntN(8)
+	tp.GPUsPerDomain = minGPUs + rng.IntN(8)
 	tp.NICsPerGPU = 1 + rng.IntN(2)
 	if rng.IntN(3) == 0 {
 		tp.Oversubscription = 1 + 3*rng.Float64()
@@ -385,6 +383,15 @@ func randomDAG(rng *rand.Rand) (*ir.Schedule, *topo.Topology, Options) {
 	case 2:
 		opt.Loopback = true
 	}
+	return tp, opt
+}
+
+// randomDAG is a random schedule on a random topology: transfers within and
+// across domains and local copies, each depending on a few earlier ops,
+// with sizes from a few bytes to tens of MiB, so that flows come and go in
+// bursts and share ports in tangled components.
+func randomDAG(rng *rand.Rand) (*ir.Schedule, *topo.Topology, Options) {
+	tp, opt := randomMachine(rng, 1)
 	s := &ir.Schedule{Route: "random", ChunkBytes: 1 << 20}
 	nranks := 1 + rng.IntN(tp.Domains*tp.GPUsPerDomain*2)
 	for r := range nranks {

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"slices"
 
 	"github.com/m2n-project/m2n/ir"
@@ -37,22 +38,19 @@ import (
 // symmetry is an equitable partition of a schedule's units and the
 // engine's resources.
 type symmetry struct {
-	units   int     // units in the schedule
-	uclass  []int32 // per unit: its class
-	urep    []int32 // per unit class: its representative unit (the least)
-	usize   []int64 // per unit class: its units
-	rclass  []int32 // per resource: its class
-	rrep    []int32 // per resource class: its representative (the least)
-	nrclass int
-	unitA   []int32 // per unit: its first op (a local op or a send)
+	units  int     // units in the schedule
+	uclass []int32 // per unit: its class
+	urep   []int32 // per unit class: its representative unit (the least)
+	usize  []int64 // per unit class: its units
+	rclass []int32 // per resource: its class
+	rrep   []int32 // per resource class: its representative (the least)
+	unitA  []int32 // per unit: its first op (a local op or a send)
 	// spec is per unit class its representative's flow, holding the
 	// resource classes with coefficients W(F, R) (fixed point), and rel
 	// its host release.
 	spec  []flowRec
 	rel   []units.Time
 	qdeps [][]int32 // per unit class: the unit classes it waits for
-	// rounds is the refinement rounds it took.
-	rounds int
 }
 
 // unitFlow is a unit's flow as the simulation reads it, but its
@@ -93,7 +91,7 @@ func cmpResFx(x, y resFx) int {
 	if x.r != y.r {
 		return int(x.r - y.r)
 	}
-	return cmpInt64(x.fx, y.fx)
+	return cmp.Compare(x.fx, y.fx)
 }
 
 // symMix is the hash the refinement folds with (a variable for the
@@ -318,9 +316,7 @@ func (e *engine) findSymmetry() *symmetry {
 		rh[r] = symMix(0x51ed, uint64(rc[r]))
 	}
 	next := make([]uint64, nr)
-	sym := &symmetry{}
 	for {
-		sym.rounds++
 		for _, u := range order {
 			var ps uint64
 			for _, p := range path[pathLo[u]:pathLo[u+1]] {
@@ -346,47 +342,18 @@ func (e *engine) findSymmetry() *symmetry {
 		nrc = n
 	}
 	// Dense classes, numbered by their least member.
+	sym := &symmetry{units: nu}
 	uc := make([]int32, nu)
-	{
-		ids := make(map[uint64]int32)
-		for u, h := range uh {
-			id, ok := ids[h]
-			if !ok {
-				id = int32(len(ids))
-				ids[h] = id
-			}
-			uc[u] = id
-		}
-		if len(ids)*symGain > nu {
-			return nil
-		}
-		ids = make(map[uint64]int32)
-		for r, h := range rh {
-			id, ok := ids[h]
-			if !ok {
-				id = int32(len(ids))
-				ids[h] = id
-			}
-			rc[r] = id
-		}
+	sym.uclass, sym.urep = uc, denseClasses(uh, uc)
+	if len(sym.urep)*symGain > nu {
+		return nil
 	}
+	sym.rclass, sym.rrep = rc, denseClasses(rh, rc)
 	uh, rh, next = nil, nil, nil
-	sym.units = nu
-	sym.uclass = uc
-	for u, c := range uc {
-		if int(c) == len(sym.urep) {
-			sym.urep = append(sym.urep, int32(u))
-			sym.usize = append(sym.usize, 0)
-		}
+	sym.usize = make([]int64, len(sym.urep))
+	for _, c := range uc {
 		sym.usize[c]++
 	}
-	sym.rclass = rc
-	for r, c := range rc {
-		if int(c) == len(sym.rrep) {
-			sym.rrep = append(sym.rrep, int32(r))
-		}
-	}
-	sym.nrclass = len(sym.rrep)
 	var scratch []int32
 	var pairs, loads []resFx
 	// predSet is the sorted set of the classes unit u waits for, in
@@ -480,6 +447,22 @@ func (e *engine) findSymmetry() *symmetry {
 	return sym
 }
 
+// denseClasses numbers hashes hs by first appearance into class (per
+// value, its class) and returns each class's first member.
+func denseClasses(hs []uint64, class []int32) (first []int32) {
+	ids := make(map[uint64]int32)
+	for i, h := range hs {
+		id, ok := ids[h]
+		if !ok {
+			id = int32(len(first))
+			ids[h] = id
+			first = append(first, int32(i))
+		}
+		class[i] = id
+	}
+	return first
+}
+
 // resLoads is a resource's load by unit class: the classes (uc) of its
 // slots' units and their coefficients summed, sorted by class, in *buf.
 func resLoads(slots []resFx, uc []int32, buf *[]resFx) []resFx {
@@ -502,16 +485,6 @@ func resLoads(slots []resFx, uc []int32, buf *[]resFx) []resFx {
 	return out[:w]
 }
 
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
 // symMinOps is the least ops a schedule has for the engine to look for
 // symmetry, and symGain the least units per class for it to use what it
 // finds (below, the refinement costs more than it saves).
@@ -522,9 +495,7 @@ const symGain = 2
 // quotient is what the engine runs with symmetry: one flow per unit class.
 type quotient struct {
 	sym     *symmetry
-	opClass []int32      // per op of the quotient schedule: its unit class
-	spec    []flowRec    // per unit class: its flow, on resource classes
-	rel     []units.Time // per unit class: its host release
+	opClass []int32 // per op of the quotient schedule: its unit class
 }
 
 // quotient makes the engine run sym's quotient: a schedule of one unit per
@@ -560,10 +531,9 @@ func (e *engine) quotient(sym *symmetry) {
 		}
 		op.DepLen = int32(len(qs.DepPool)) - op.DepOff
 	}
-	q.spec = sym.spec
-	q.rel = sym.rel
 	e.s, e.q = qs, q
-	caps := make([]u128, sym.nrclass)
+	nrc := len(sym.rrep)
+	caps := make([]u128, nrc)
 	for R, r := range sym.rrep {
 		caps[R] = e.caps[r]
 	}
@@ -572,10 +542,10 @@ func (e *engine) quotient(sym *symmetry) {
 	} else {
 		e.fluid = e.newSolver(caps)
 	}
-	e.active = make([]int32, sym.nrclass)
-	e.since = make([]units.Time, sym.nrclass)
-	e.busy = make([]units.Time, sym.nrclass)
-	e.bytes = make([]u128, sym.nrclass)
+	e.active = make([]int32, nrc)
+	e.since = make([]units.Time, nrc)
+	e.busy = make([]units.Time, nrc)
+	e.bytes = make([]u128, nrc)
 }
 
 // mul is the flows f stands for: its class's units with symmetry, else 1.

@@ -7,7 +7,6 @@ import (
 
 	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/topo"
-	"github.com/m2n-project/m2n/model/units"
 )
 
 // symmetricDAG is a random schedule of replicas alike: a random template
@@ -18,20 +17,7 @@ import (
 // the template's ops and whether the replicas are provably alike (not
 // perturbed, and every rank in one NVLink domain).
 func symmetricDAG(rng *rand.Rand, perturb bool) (*ir.Schedule, *topo.Topology, Options, int, bool) {
-	tp, _ := topo.Preset("gb200-nvl72")
-	tp.Domains = 1 + rng.IntN(3)
-	tp.GPUsPerDomain = 4 + rng.IntN(8)
-	tp.NICsPerGPU = 1 + rng.IntN(2)
-	if rng.IntN(3) == 0 {
-		tp.Oversubscription = 1 + 3*rng.Float64()
-	}
-	var opt Options
-	switch rng.IntN(5) {
-	case 0:
-		opt.Ideal = true
-	case 1:
-		opt.FlowCap = [3]units.Bandwidth{0, units.Bandwidth(1e9 * (1 + rng.IntN(100))), units.Bandwidth(1e9 * (1 + rng.IntN(50)))}
-	}
+	tp, opt := randomMachine(rng, 4)
 	nshared := rng.IntN(3)
 	per := 1 + rng.IntN(3)
 	reps := 2 + rng.IntN(4)
