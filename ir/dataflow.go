@@ -254,12 +254,7 @@ func within(rd []read, lo, hi int64) []read {
 }
 
 // base is where a buffer's byte 0 lies in its space.
-func (v *validator) base(buf int32) int64 {
-	if b := &v.s.Buffers[buf]; b.InArena {
-		return b.ArenaOffset
-	}
-	return 0
-}
+func (v *validator) base(buf int32) int64 { return v.s.Buffers[buf].Base() }
 
 // span returns the bytes of a region's buffer from its first to its last
 // (for a byte range, the range).

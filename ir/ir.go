@@ -187,6 +187,15 @@ type Buffer struct {
 	ArenaOffset int64 // with InArena: the buffer's first byte in the arena
 }
 
+// Base is where the buffer's byte 0 lies in its space: its offset in its
+// rank's staging arena (InArena), else 0 (an allocation of its own).
+func (b *Buffer) Base() int64 {
+	if b.InArena {
+		return b.ArenaOffset
+	}
+	return 0
+}
+
 // Placed reports whether the buffer holds a box of a tensor.
 func (b *Buffer) Placed() bool { return b.Tensor >= 0 }
 

@@ -444,14 +444,9 @@ func newExecutor(s *ir.Schedule, g gpu, opt Options, devOf map[int32]int, peerOf
 		// From the schedule, not the program's events: every process
 		// agrees on which transfers wait for their receiver.
 		x.ready = make([]bool, len(prog.Steps))
-		for k, st := range prog.Steps {
-			if st.Kind != program.Xfer {
-				continue
-			}
-			for _, snd := range append([]int32{st.Op}, st.Merged...) {
-				if len(s.Deps(s.Ops[snd].Match)) > 0 {
-					x.ready[k] = true
-				}
+		for k := range prog.Steps {
+			if st := &prog.Steps[k]; st.Kind == program.Xfer {
+				x.ready[k] = st.WaitsForReceiver(s)
 			}
 		}
 	}

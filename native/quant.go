@@ -53,13 +53,11 @@ func (x *Executor) regionArray(r ir.Region, size []int64, elem int64) (uint64, [
 func (x *Executor) planQuant(i int32) (quantArgs, string, error) {
 	var a quantArgs
 	s := x.s
-	op := &s.Ops[i]
-	b := &s.Buffers[op.Src.Buf]
-	t := &s.Tensors[b.Tensor]
-	box, ok := s.GlobalBox(op.Src)
-	if !ok {
-		return a, "", fmt.Errorf("op %d: quantizes a byte range that is not a box", i)
+	l, err := program.QuantLayoutOf(s, i)
+	if err != nil {
+		return a, "", err
 	}
+	op, t, box := l.Op, l.Tensor, l.Box
 	nd := len(box.Size)
 	if nd > maxDims {
 		return a, "", fmt.Errorf("op %d: a tensor of %d dims: the kernels take at most %d", i, nd, maxDims)
@@ -68,11 +66,10 @@ func (x *Executor) planQuant(i int32) (quantArgs, string, error) {
 	if err != nil {
 		return a, "", err
 	}
-	br, bc := t.Quant.Blocks(t.Src.Shape)
+	br, bc, elem, sst, dstS := l.BR, l.BC, l.Elem, l.SrcStrides, l.DstStrides
+	src := x.bufAddr[op.Src.Buf] + uint64(l.Src)
+	dst := x.bufAddr[op.Dst.Buf] + uint64(l.Dst)
 	sbox := t.Quant.ScaleBox(t.Src.Shape, box)
-	elem := t.Src.DType.Size()
-	src, sst := x.regionArray(op.Src, box.Size, elem)
-	dst, dstS := x.regionArray(op.Dst, box.Size, 1)
 	scale, scS := x.regionArray(s.QuantScale[i], sbox.Size, 4)
 	if src%uint64(elem) != 0 || scale%4 != 0 {
 		return a, "", fmt.Errorf("op %d: quantize: the source (at %#x) must be aligned to its %d-byte elements and the scales (at %#x) to 4 bytes", i, src, elem, scale)

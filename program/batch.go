@@ -177,9 +177,8 @@ func spanOf(s *ir.Schedule, r ir.Region, write bool) span {
 	}
 	if b.InArena {
 		sp.space = -1 - int64(b.Rank)
-		sp.lo += b.ArenaOffset
-		sp.hi += b.ArenaOffset
 	}
+	sp.lo, sp.hi = sp.lo+b.Base(), sp.hi+b.Base()
 	return sp
 }
 

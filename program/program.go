@@ -73,6 +73,18 @@ type Step struct {
 	Batch []int32
 }
 
+// WaitsForReceiver reports whether a receive of transfer step st of s (its
+// send's or a merged one's) waits for work of its own rank: a transfer
+// pushed by its sender then waits for a ready flag the receiver sets.
+func (st *Step) WaitsForReceiver(s *ir.Schedule) bool {
+	for _, snd := range append([]int32{st.Op}, st.Merged...) {
+		if len(s.Deps(s.Ops[snd].Match)) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // Mode selects how transfers are issued.
 type Mode uint8
 

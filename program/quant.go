@@ -67,29 +67,47 @@ func QuantKernelName(src, dst uint64, sst, dstS, size []int64, br, bc, elem int6
 // are as the caller allocated them, and an unaligned one may run the
 // generic kernel where this says the 128 x 128 one.
 func QuantKernelOf(s *ir.Schedule, i int32) (QuantKernel, error) {
+	l, err := QuantLayoutOf(s, i)
+	if err != nil {
+		return 0, err
+	}
+	// The staging arena starts aligned; its buffers need not.
+	src := l.Src + s.Buffers[l.Op.Src.Buf].Base()
+	dst := l.Dst + s.Buffers[l.Op.Dst.Buf].Base()
+	k, _ := QuantKernelName(uint64(src), uint64(dst), l.SrcStrides, l.DstStrides, l.Box.Size, l.BR, l.BC, l.Elem, l.Tensor.Src.DType == layout.BF16)
+	return k, nil
+}
+
+// QuantLayout is how a quantize op lays out what it reads and writes.
+type QuantLayout struct {
+	Op     *ir.Op
+	Tensor *ir.Tensor // the tensor it quantizes
+	Box    layout.Box // the box it quantizes, in the tensor
+	Elem   int64      // the source's element size, bytes
+	BR, BC int64      // the quantization block: rows x columns of the last two dims
+	// Src and Dst are the byte offsets of the box's first element in its
+	// source and fp8 destination buffers, with the element strides of
+	// each buffer around it.
+	Src, Dst               int64
+	SrcStrides, DstStrides []int64
+}
+
+// QuantLayoutOf returns the layout of quantize op i of s.
+func QuantLayoutOf(s *ir.Schedule, i int32) (QuantLayout, error) {
 	op := &s.Ops[i]
 	if op.Kind != ir.Quantize {
-		return 0, fmt.Errorf("op %d is a %v, not a quantize", i, op.Kind)
+		return QuantLayout{}, fmt.Errorf("op %d is a %v, not a quantize", i, op.Kind)
 	}
 	t := &s.Tensors[s.Buffers[op.Src.Buf].Tensor]
 	box, ok := s.GlobalBox(op.Src)
 	if !ok {
-		return 0, fmt.Errorf("op %d: quantizes a byte range that is not a box", i)
+		return QuantLayout{}, fmt.Errorf("op %d: quantizes a byte range that is not a box", i)
 	}
-	elem := t.Src.DType.Size()
-	src, sst := RegionArray(s, op.Src, box.Size, elem)
-	dst, dstS := RegionArray(s, op.Dst, box.Size, 1)
-	for _, r := range []struct {
-		at  *int64
-		buf int32
-	}{{&src, op.Src.Buf}, {&dst, op.Dst.Buf}} {
-		if b := &s.Buffers[r.buf]; b.InArena {
-			*r.at += b.ArenaOffset // the staging arena starts aligned; its buffers need not
-		}
-	}
-	br, bc := t.Quant.Blocks(t.Src.Shape)
-	k, _ := QuantKernelName(uint64(src), uint64(dst), sst, dstS, box.Size, br, bc, elem, t.Src.DType == layout.BF16)
-	return k, nil
+	l := QuantLayout{Op: op, Tensor: t, Box: box, Elem: t.Src.DType.Size()}
+	l.Src, l.SrcStrides = RegionArray(s, op.Src, box.Size, l.Elem)
+	l.Dst, l.DstStrides = RegionArray(s, op.Dst, box.Size, 1)
+	l.BR, l.BC = t.Quant.Blocks(t.Src.Shape)
+	return l, nil
 }
 
 // RegionArray returns where a region's box starts in its buffer (its first

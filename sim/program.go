@@ -200,10 +200,13 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 				coef := quantCoef
 				if op.Kind == ir.Quantize {
 					// the kernel the executor runs for it, at its own rate
-					if k, err := program.QuantKernelOf(s, o); err != nil {
-						return nil, fmt.Errorf("executor model: %w", err)
-					} else if k == program.QuantGeneric {
-						coef = quantGenCoef
+					// (only the generic one's may differ)
+					if quantGenCoef != quantCoef {
+						if k, err := program.QuantKernelOf(s, o); err != nil {
+							return nil, fmt.Errorf("executor model: %w", err)
+						} else if k == program.QuantGeneric {
+							coef = quantGenCoef
+						}
 					}
 				} else {
 					coef = packRate(program.ClassOf(s, &op))
@@ -252,10 +255,7 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 				// ready flag (after that work and the stream's earlier
 				// ends), which a kernel on the sender's stream waits for
 				// before the copy (native's issuePush).
-				ready := false
-				for _, r := range rends {
-					ready = ready || len(s.Deps(r)) > 0
-				}
+				ready := st.WaitsForReceiver(s)
 				launches := units.Time(2)
 				if ready {
 					launches = 3
