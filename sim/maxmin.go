@@ -83,11 +83,11 @@ type fluid struct {
 	// active flows (A's users summed past twice it) fills the whole
 	// component (0: always; the tests vary it).
 	fullFrac float64
-	// local and full count the solves of each kind, rounds the refills of
-	// local solves, for tests and tuning.
-	local, full, rounds int
-	sumS, sumA          int
-	nS                  int // the users of A, summed: a refill's size
+	// local counts the local solves and rounds their refills, for the
+	// tests.
+	local, rounds int
+	nS            int  // the users of A, summed: a refill's size
+	aBkt          bool // a resource of A keeps buckets
 
 	// scratch, stamped per solve
 	epoch   uint32
@@ -148,11 +148,11 @@ type flowState struct {
 	group  int32  // its group; -1 before its first solve
 	rate   int64  // rate units
 	nrate  int64  // its new rate in this solve
-	bound  int64  // its cap and held levels in this refill
 	capG   int32  // its cap's group, or -1
 	n      int8
-	bkt    uint8 // its path slots on resources that keep buckets, a bit each
-	frozen bool  // frozen in this refill
+	bkt    uint8   // its path slots on resources that keep buckets, a bit each
+	frozen bool    // frozen in this refill
+	_      [8]byte // the coefficients start the second line
 	res    [maxPath]int32
 	coef   [maxPath]int64
 	_      [16]byte
@@ -447,55 +447,49 @@ func (f *fluid) solve() {
 		return
 	}
 	e := f.stamp()
-	f.A, f.nS = f.A[:0], 0
+	f.A, f.nS, f.aBkt = f.A[:0], 0, false
 	for _, r := range f.dirty {
 		f.addRes(r, e)
 	}
 	f.dirty = f.dirty[:0]
-	if f.anyBucketed() {
+	if f.aBkt {
 		f.widen(0, e)
 	}
 	// Flows carry marks of epoch e once a fill has run; inX: the
 	// resources of A whose users are all in X (fillUsers' S, which grows
-	// from round to round), or -1.
-	used, inX := false, -1
+	// from round to round; once A keeps buckets it keeps them, so
+	// fillUsers runs only in the rounds before any other fill).
+	used, inX := false, 0
+	f.X = f.X[:0]
 	fresh := func() { // a new epoch for the next fill
 		if used {
 			e = f.stamp()
 			for _, r := range f.A {
 				f.resMark[r] = e
 			}
-			used, inX = false, -1
+			used = false
 		}
 	}
 	for {
 		if float64(f.nS) > 2*f.fullFrac*float64(f.nactive) {
 			fresh()
 			f.fillComponent(e)
-			f.full++
 			break
 		}
 		f.rounds++
-		f.sumS += f.nS
-		f.sumA += len(f.A)
-		if f.anyBucketed() {
+		if f.aBkt {
 			fresh()
 			f.fillAgg(e)
-			used = true
 		} else {
-			if inX < 0 {
-				fresh()
-				f.X, inX = f.X[:0], 0
-			}
 			inX = f.fillUsers(e, inX)
-			used = true
 		}
+		used = true
 		from := len(f.A)
 		if f.verifyHeld(e) {
 			f.local++
 			break
 		}
-		if f.anyBucketed() {
+		if f.aBkt {
 			f.widen(from, e)
 		}
 	}
@@ -511,6 +505,7 @@ func (f *fluid) addRes(r int32, e uint32) {
 	f.resMark[r] = e
 	f.A = append(f.A, r)
 	f.nS += len(f.users[r])
+	f.aBkt = f.aBkt || f.bucketed[r]
 }
 
 // widen adds to A, ahead of the refill, the held resources whose checks
@@ -540,16 +535,6 @@ func (f *fluid) widen(from int, e uint32) {
 			}
 		}
 	}
-}
-
-// anyBucketed reports whether a resource of A keeps buckets.
-func (f *fluid) anyBucketed() bool {
-	for _, r := range f.A {
-		if f.bucketed[r] {
-			return true
-		}
-	}
-	return false
 }
 
 // fillUsers fills A with every flow on it one by one, as fill does: where
@@ -592,11 +577,9 @@ func (f *fluid) fillComponent(e uint32) {
 	f.fill(e)
 }
 
-// fill runs progressive filling over the flows X on the resources A (X:
-// every flow on A), each flow bounded by its cap and the levels of its
-// resources outside A. It sets nlevel for A's resources and the new rates
-// of X's flows.
-func (f *fluid) fill(e uint32) {
+// startRefill sets the refill's state of every resource of A: nothing
+// frozen, every flow on it unfrozen, its candidate level.
+func (f *fluid) startRefill() {
 	for _, r := range f.A {
 		f.load[r] = u128{}
 		f.wt[r] = f.wsum[r]
@@ -605,6 +588,14 @@ func (f *fluid) fill(e uint32) {
 		f.cand[r] = f.candidate(r)
 		f.stale[r] = false
 	}
+}
+
+// fill runs progressive filling over the flows X on the resources A (X:
+// every flow on A), each flow bounded by its cap and the levels of its
+// resources outside A. It sets nlevel for A's resources and the new rates
+// of X's flows.
+func (f *fluid) fill(e uint32) {
+	f.startRefill()
 	bh := f.bounds[:0]
 	for _, id := range f.X {
 		fl := &f.flows[id]
@@ -617,7 +608,7 @@ func (f *fluid) fill(e uint32) {
 				b = min(b, f.level[r])
 			}
 		}
-		f.flows[id].bound, f.flows[id].frozen, f.flows[id].nrate = b, false, 0
+		f.flows[id].frozen, f.flows[id].nrate = false, 0
 		if b != noLevel {
 			bh = append(bh, bounded{b, id})
 		}
@@ -713,13 +704,8 @@ func (f *fluid) markSaturating(act []int32, level int64) {
 // rate (their rate or group changes there). It leaves in X every flow it
 // touched, each marked with its new rate; the others keep theirs.
 func (f *fluid) fillAgg(e uint32) {
+	f.startRefill()
 	for _, r := range f.A {
-		f.load[r] = u128{}
-		f.wt[r] = f.wsum[r]
-		f.count[r] = int32(len(f.users[r]))
-		f.nlevel[r] = noLevel
-		f.cand[r] = f.candidate(r)
-		f.stale[r] = false
 		f.xl[r] = f.xl[r][:0]
 	}
 	X := f.X[:0]
@@ -782,16 +768,10 @@ func (f *fluid) fillAgg(e uint32) {
 			}
 			f.xl[r] = append(f.xl[r], id)
 			if inBucket {
-				for j := f.entLo[r]; j < f.entHi[r]; j++ {
-					if ents[j].rate == fl.rate {
-						ents[j].w -= fl.coef[k]
-						ents[j].c--
-						break
-					}
-				}
+				f.takeEntry(ents, r, fl.rate, fl.coef[k])
 			}
 		}
-		f.flows[id].bound, f.flows[id].frozen, f.flows[id].nrate = b, false, 0
+		f.flows[id].frozen, f.flows[id].nrate = false, 0
 		if b != noLevel {
 			bh = append(bh, bounded{b, id})
 		}
@@ -866,6 +846,18 @@ func (f *fluid) fillAgg(e uint32) {
 	f.check = act[:0]
 }
 
+// takeEntry takes a flow's slot on resource r of A, of coefficient coef,
+// out of r's entry at rate.
+func (f *fluid) takeEntry(ents []aggEntry, r int32, rate, coef int64) {
+	for i := f.entLo[r]; i < f.entHi[r]; i++ {
+		if ents[i].rate == rate {
+			ents[i].w -= coef
+			ents[i].c--
+			return
+		}
+	}
+}
+
 // expand freezes at level, one by one, the flows left unfrozen in entry j
 // (its resource saturates there), takes them out of their other resources'
 // entries, and adds them to X.
@@ -877,26 +869,11 @@ func (f *fluid) expand(ents []aggEntry, j int32, level int64, e uint32, X []int3
 		}
 		f.flows[id].mark = e
 		X = append(X, id)
-		f.flows[id].frozen, f.flows[id].nrate = true, level
+		f.freeze(id, level, e)
 		fl := &f.flows[id]
 		for k := range int(fl.n) {
-			r := fl.res[k]
-			if f.resMark[r] != e {
-				continue
-			}
-			f.load[r] = f.load[r].add(mul128(uint64(fl.coef[k]), uint64(level)))
-			f.wt[r] -= fl.coef[k]
-			f.count[r]--
-			f.stale[r] = true
-			if r == x.r {
-				continue
-			}
-			for i := f.entLo[r]; i < f.entHi[r]; i++ {
-				if ents[i].rate == fl.rate {
-					ents[i].w -= fl.coef[k]
-					ents[i].c--
-					break
-				}
+			if r := fl.res[k]; r != x.r && f.resMark[r] == e {
+				f.takeEntry(ents, r, fl.rate, fl.coef[k])
 			}
 		}
 	}
@@ -1041,14 +1018,10 @@ func (f *fluid) holdsAgg(r int32) bool {
 	for i := range f.bkt[r] {
 		xs = append(xs, rateCoef{f.bkt[r][i].rate, f.bkt[r][i].w})
 	}
-	nb := len(xs)
 	for _, d := range f.dl[r] {
 		if d.old >= 0 {
-			for i := range nb {
-				if xs[i].rate == d.old {
-					xs[i].coef -= d.coef
-					break
-				}
+			if i := f.bucket(r, d.old); i >= 0 { // xs[:len(f.bkt[r])] is f.bkt[r]
+				xs[i].coef -= d.coef
 			}
 		}
 		xs = append(xs, rateCoef{d.new, d.coef})

@@ -406,8 +406,7 @@ func TestHoldsRates(t *testing.T) {
 		}
 		f.solve()
 		// Move some flows' rates (a refill's new rates, marked), and
-		// give holdsRates the same as bucket totals less the old rates
-		// plus the new.
+		// give holdsAgg the same as the rates changed on each resource.
 		e := f.stamp()
 		for id := range f.flows {
 			f.flows[id].nrate = f.flows[id].rate
@@ -420,20 +419,10 @@ func TestHoldsRates(t *testing.T) {
 			}
 		}
 		for r := range int32(nr) {
-			var xs []rateCoef
-			for _, b := range f.bkt[r] {
-				xs = append(xs, rateCoef{b.rate, b.w})
-			}
-			nb := len(xs)
+			f.dl[r] = f.dl[r][:0]
 			for p, id := range f.users[r] {
 				if f.flows[id].mark == e {
-					for j := range nb {
-						if xs[j].rate == f.flows[id].rate {
-							xs[j].coef -= f.ucoef[r][p]
-							break
-						}
-					}
-					xs = append(xs, rateCoef{f.flows[id].nrate, f.ucoef[r][p]})
+					f.dl[r] = append(f.dl[r], rateDelta{old: f.flows[id].rate, new: f.flows[id].nrate, coef: f.ucoef[r][p]})
 				}
 			}
 			saved := f.level[r]
@@ -443,8 +432,8 @@ func TestHoldsRates(t *testing.T) {
 				}
 				f.level[r] = l
 				want := f.holds(r, e)
-				if got := f.holdsRates(r, slices.Clone(xs)); got != want {
-					t.Fatalf("case %d resource %d level %d: holdsRates %v, holds %v", i, r, l, got, want)
+				if got := f.holdsAgg(r); got != want {
+					t.Fatalf("case %d resource %d level %d: holdsAgg %v, holds %v", i, r, l, got, want)
 				}
 				if want {
 					held++
