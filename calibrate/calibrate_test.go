@@ -5,6 +5,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/model/scenario"
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/model/units"
@@ -71,10 +72,7 @@ func measure(t *testing.T, tp *topo.Topology, launch topo.Launch) Input {
 	in.QuantGen, in.QuantGenBytes = []units.Time{units.Time(float64(gb) / (tp.Executor.QuantizeGeneric * float64(tp.Memory)) * 1e12)}, gb
 	// The batch on the whole GPU at the long class's rate, and on the
 	// grid left beside NCCL at batch_shared of it.
-	bb := BatchCase.Elem
-	for _, k := range BatchCase.Size {
-		bb *= k
-	}
+	bb := BatchCase.Elem * layout.Box{Size: BatchCase.Size}.Elems()
 	whole := units.Time(2 * float64(bb) / (tp.Executor.PackLong * float64(tp.Memory)) * 1e12)
 	in.BatchWhole, in.BatchShared = []units.Time{whole}, []units.Time{units.Time(float64(whole) / tp.Executor.BatchShared)}
 	return in

@@ -102,10 +102,11 @@ func constants(t *topo.Topology) []constant {
 	}
 	x := &t.Executor
 	for _, p := range []struct {
-		name string
-		v    float64
-	}{{"pack_long", x.PackLong}, {"pack_short", x.PackShort}, {"pack_stage", x.PackStage}, {"quantize", x.Quantize}, {"quantize_generic", x.QuantizeGeneric}, {"batch_shared", x.BatchShared}} {
-		if (p.name == "batch_shared" || p.name == "quantize_generic") && p.v == 0 { // 0: not measured, not written
+		name     string
+		v        float64
+		optional bool // 0: not measured, not written
+	}{{"pack_long", x.PackLong, false}, {"pack_short", x.PackShort, false}, {"pack_stage", x.PackStage, false}, {"quantize", x.Quantize, false}, {"quantize_generic", x.QuantizeGeneric, true}, {"batch_shared", x.BatchShared, true}} {
+		if p.optional && p.v == 0 {
 			continue
 		}
 		cs = append(cs, constant{"executor", p.name, fmt.Sprintf("%.3f", p.v), 0})

@@ -19,6 +19,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/model/units"
 	"github.com/m2n-project/m2n/program"
 )
@@ -215,11 +216,7 @@ func TimeBatchCopy(dev int, full, start, size []int64, elem int64, pieces, reps 
 			return nil, nil, fmt.Errorf("TimeBatchCopy: %s does not batch", kernel)
 		}
 		ds = append(ds, d)
-		n := elem
-		for _, k := range sub {
-			n *= k
-		}
-		off += n
+		off += elem * layout.Box{Size: sub}.Elems()
 	}
 	b, prefixAt, nUnits := encodeBatch(ds)
 	desc, err := g.alloc(dev, int64(len(b)))

@@ -167,21 +167,25 @@ Run it once in one process, then under torchrun (one process per GPU) with
 		in.Boxes[c.Class] = calibrate.BoxSample{Pack: p, Unpack: u, Copy: cp, Kernel: kernel}
 		fmt.Fprintf(tw, "box %v\tpack %v\tunpack %v\tcopy %v\t\t%s %v of %v\n", c.Class, p[len(p)/2], u[len(u)/2], cp[len(cp)/2], kernel, c.Size, c.Full)
 	}
-	qt, qb, err := native.TimeQuantize(dev, calibrate.QuantShape, make([]int64, len(calibrate.QuantShape)), calibrate.QuantShape, 128, 128, *iters)
-	if err != nil {
-		return fmt.Errorf("quantize: %w", err)
+	qs, gs := calibrate.QuantShape, calibrate.QuantGenShape
+	for _, q := range []struct {
+		name, blocks string
+		shape        []int64
+		br, bc       int64
+		times        *[]units.Time
+		bytes        *int64
+	}{
+		{"quantize", "128 x 128 blocks", qs, 128, 128, &in.Quant, &in.QuantBytes},
+		{"quantize-generic", "per-channel scales (the generic kernel)", gs, 1, gs[len(gs)-1], &in.QuantGen, &in.QuantGenBytes},
+	} {
+		ts, b, err := native.TimeQuantize(dev, q.shape, make([]int64, len(q.shape)), q.shape, q.br, q.bc, *iters)
+		if err != nil {
+			return fmt.Errorf("%s: %w", q.name, err)
+		}
+		slices.Sort(ts)
+		*q.times, *q.bytes = ts, b
+		fmt.Fprintf(tw, "%s\t%v\t%v .. %v\t\t\tbf16 -> fp8 %v in %s\n", q.name, ts[len(ts)/2], ts[0], ts[len(ts)-1], q.shape, q.blocks)
 	}
-	slices.Sort(qt)
-	in.Quant, in.QuantBytes = qt, qb
-	fmt.Fprintf(tw, "quantize\t%v\t%v .. %v\t\t\tbf16 -> fp8 %v in 128 x 128 blocks\n", qt[len(qt)/2], qt[0], qt[len(qt)-1], calibrate.QuantShape)
-	gs := calibrate.QuantGenShape
-	gt, gb, err := native.TimeQuantize(dev, gs, make([]int64, len(gs)), gs, 1, gs[len(gs)-1], *iters)
-	if err != nil {
-		return fmt.Errorf("quantize (generic): %w", err)
-	}
-	slices.Sort(gt)
-	in.QuantGen, in.QuantGenBytes = gt, gb
-	fmt.Fprintf(tw, "quantize-generic\t%v\t%v .. %v\t\t\tbf16 -> fp8 %v in per-channel scales (the generic kernel)\n", gt[len(gt)/2], gt[0], gt[len(gt)-1], gs)
 	bc := calibrate.BatchCase
 	bw, bs, err := native.TimeBatchCopy(dev, bc.Full, bc.Start, bc.Size, bc.Elem, bc.Pieces, *iters)
 	if err != nil {
