@@ -103,17 +103,17 @@ def main(out):
                 else:
                     cells.append("- " + (err or "")[:40])
             spread = (max(models) - min(models)) / min(models) if len(models) > 1 else 0
-            if models and abs(models[0] / m - 1) <= 0.10:
-                tally["within 10%"] += 1
-            if len(models) == len(presets) and spread <= 0.03:
-                tally["spread within 3%"] += 1
             if not models:
                 tally["no prediction"] += 1
-            if models:
+            else:
+                within = abs(models[0] / m - 1) <= 0.10
+                steady = len(models) == len(presets) and spread <= 0.03
+                tally["within 10%"] += within
+                tally["spread within 3%"] += steady
                 c = classes.setdefault(run_class(name, r), [0, 0, 0, []])
                 c[0] += 1
-                c[1] += abs(models[0] / m - 1) <= 0.10
-                c[2] += len(models) == len(presets) and spread <= 0.03
+                c[1] += within
+                c[2] += steady
                 c[3].append(models[0] / m - 1)
             print(f"| {name} | {label} | {r['route']} | {r.get('launch', '')} | {r.get('transport', '')} | {m * 1e3:.3f} ms | " + " | ".join(cells) + f" | {100 * spread:.1f}% |")
     print()
