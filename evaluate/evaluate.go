@@ -48,9 +48,12 @@ type Record struct {
 	// ModeledHostIssue is the host's time to issue the schedule in the
 	// executor model (topo.Executor); 0 without one.
 	ModeledHostIssue units.Time
-	Ops              int   // ops of the schedule
-	Flows            int   // flows simulated
-	Events           int64 // flow starts plus flow ends
+	Ops              int // ops of the schedule
+	Flows            int // flows simulated
+	// FlowClasses is the classes of flows alike the simulator ran one flow
+	// each for (sim.Result.FlowClasses); 0 when it ran every flow.
+	FlowClasses int
+	Events      int64 // flow starts plus flow ends
 
 	Measured       units.Time // the scenario's reference measurement; 0 without one
 	MeasuredSource string     // where the measurement comes from
@@ -386,7 +389,7 @@ func Schedule(s *ir.Schedule, tp *topo.Topology, opt Options) (Record, *sim.Resu
 		rec.ExecutorModel = sopt.Exec.Launch.String()
 		rec.ModeledOn += ", executor model " + rec.ExecutorModel
 	}
-	rec.Modeled, rec.Flows, rec.Events = res.Makespan, res.Flows, res.Events
+	rec.Modeled, rec.Flows, rec.FlowClasses, rec.Events = res.Makespan, res.Flows, res.FlowClasses, res.Events
 	rec.ModeledHostIssue = res.HostIssue
 	rec.Bottleneck = res.Bottleneck
 	rec.Resources = sim.ByClass(res.Resources)

@@ -33,6 +33,7 @@ type simRecord struct {
 	Note          string           `json:"measured_note,omitempty"` // the reference's note, e.g. "approximate"
 	Ops           int              `json:"ops"`
 	Flows         int              `json:"flows"`
+	FlowClasses   int              `json:"flow_classes,omitempty"`
 	Events        int64            `json:"events"`
 	Resources     []resourceJSON   `json:"resources"`
 	TensorClasses []evaluate.Class `json:"tensor_classes,omitempty"`
@@ -60,7 +61,7 @@ func simJSON(r *Row) simRecord {
 		Point: map[string]any{}, Route: r.Route, Ideal: r.Ideal, UniqueBytes: r.UniqueBytes,
 		SOLSeconds: r.SOL.Seconds(), SOLTerm: r.SOLTerm, Modeled: r.Modeled.Seconds(), Ratio: r.Ratio(),
 		Bottleneck: bottleneckJSON{r.Bottleneck.Name, r.Bottleneck.Class, r.Bottleneck.Utilization},
-		Ops:        r.Ops, Flows: r.Flows, Events: r.Events, TensorClasses: r.TensorClasses,
+		Ops:        r.Ops, Flows: r.Flows, FlowClasses: r.FlowClasses, Events: r.Events, TensorClasses: r.TensorClasses,
 		HostIssue: r.ModeledHostIssue.Seconds(),
 		Models:    r.Models, Excludes: evaluate.Excludes, Memory: memJSON(r.Memory),
 	}

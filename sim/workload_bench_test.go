@@ -76,15 +76,7 @@ func BenchmarkWorkloadSim(b *testing.B) {
 		{"qwen3-235b-128", "hierarchical"}, {"dsv3-256", "flat"},
 	} {
 		b.Run(c.name+"/"+c.route, func(b *testing.B) {
-			p, ts := workloadPoint(b, c.name)
-			chunk := int64(plan.DefaultChunkBytes)
-			if p.Chunk != nil {
-				chunk = int64(*p.Chunk)
-			}
-			s, err := plan.Build(ts, p.Topology, plan.Options{Route: c.route, ChunkBytes: chunk})
-			if err != nil {
-				b.Fatal(err)
-			}
+			p, s := workloadSchedule(b, c.name, c.route)
 			var events int64
 			for b.Loop() {
 				res, err := Run(s, p.Topology, Options{})
@@ -119,6 +111,48 @@ func BenchmarkWorkloadPlan(b *testing.B) {
 				ops = len(s.Ops)
 			}
 			b.ReportMetric(float64(ops), "ops")
+		})
+	}
+}
+
+// workloadSchedule builds one route of a shipped whole-model scenario at
+// its first point.
+func workloadSchedule(b testing.TB, name, route string) (*scenario.Point, *ir.Schedule) {
+	b.Helper()
+	p, ts := workloadPoint(b, name)
+	chunk := int64(plan.DefaultChunkBytes)
+	if p.Chunk != nil {
+		chunk = int64(*p.Chunk)
+	}
+	s, err := plan.Build(ts, p.Topology, plan.Options{Route: route, ChunkBytes: chunk})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return p, s
+}
+
+// BenchmarkSymmetrySearch looks for the symmetry of one route of
+// dsv3-256 (sim/symmetry.go), as the engine does before simulating: what
+// it costs, and what it finds (classes of flows and of resources; 0 where
+// it gives up).
+func BenchmarkSymmetrySearch(b *testing.B) {
+	for _, route := range []string{"hierarchical", "agbcast", "nemo-legacy", "flat"} {
+		b.Run("dsv3-256/"+route, func(b *testing.B) {
+			p, s := workloadSchedule(b, "dsv3-256", route)
+			e, err := newEngine(s, p.Topology, Options{}, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var sym *symmetry
+			for b.Loop() {
+				sym = e.findSymmetry()
+			}
+			var flows, res int
+			if sym != nil {
+				flows, res = len(sym.urep), len(sym.rrep)
+			}
+			b.ReportMetric(float64(flows), "flow-classes")
+			b.ReportMetric(float64(res), "resource-classes")
 		})
 	}
 }
