@@ -7,6 +7,7 @@ package evaluate
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/scenario"
@@ -174,7 +175,8 @@ type Options struct {
 	// schedule would run with m2n's executor as measured elsewhere.
 	Executor *topo.Executor
 	// Progress, if set, follows the simulation (as sim.Options.Progress,
-	// which it replaces) with the schedule's SOL bound: an estimate of the
+	// which it replaces) with the schedule's SOL bound, 0 until the bound
+	// (computed beside the simulation) is known: an estimate of the
 	// makespan, for a progress bar. It changes nothing in the record.
 	Progress func(p sim.Progress, sol units.Time)
 	// Framework is the frameworks' own costs around the transfer, as the
@@ -184,26 +186,33 @@ type Options struct {
 
 // Build plans a route at a sweep point.
 func Build(p *scenario.Point, opt plan.Options) (*ir.Schedule, error) {
-	tensors := make([]ir.Tensor, len(p.Tensors))
-	for i, t := range p.Tensors {
-		tensors[i] = ir.Tensor{Name: t.Name, Src: t.Src, Dst: t.Dst, Quant: t.Quant}
-	}
-	s, err := plan.Build(tensors, p.Topology, opt)
+	s, err := plan.Build(pointTensors(p), p.Topology, opt)
 	if err != nil {
 		return nil, fmt.Errorf("point %s, route %s: %w", p.Label(), opt.Route, err)
 	}
 	return s, nil
 }
 
+// pointTensors are the tensors a point moves.
+func pointTensors(p *scenario.Point) []ir.Tensor {
+	tensors := make([]ir.Tensor, len(p.Tensors))
+	for i, t := range p.Tensors {
+		tensors[i] = ir.Tensor{Name: t.Name, Src: t.Src, Dst: t.Dst, Quant: t.Quant}
+	}
+	return tensors
+}
+
 // Point builds a route at a sweep point (popt names the route) and
 // evaluates its schedule. It returns the schedule and the simulation with
-// the record, for a trace.
+// the record, for a trace. The schedule's data flow check
+// ([plan.BuildDeferred]) and its bound run beside the simulation, on
+// another core where there is one; an error of either is the point's.
 func Point(p *scenario.Point, popt plan.Options, opt Options) (Record, *ir.Schedule, *sim.Result, error) {
-	s, err := Build(p, popt)
+	s, verify, err := plan.BuildDeferred(pointTensors(p), p.Topology, popt)
 	if err != nil {
-		return Record{}, nil, nil, err
+		return Record{}, nil, nil, fmt.Errorf("point %s, route %s: %w", p.Label(), popt.Route, err)
 	}
-	rec, res, err := Schedule(s, p.Topology, opt)
+	rec, res, err := schedule(s, p.Topology, opt, verify)
 	if err != nil {
 		return Record{}, nil, nil, fmt.Errorf("point %s, route %s: %w", p.Label(), popt.Route, err)
 	}
@@ -356,12 +365,48 @@ func MemoryOf(s *ir.Schedule, tp *topo.Topology) Memory {
 // schedule and bounds its route over the schedule's tensors. A failure of
 // either is an error, never a zero in the record.
 func Schedule(s *ir.Schedule, tp *topo.Topology, opt Options) (Record, *sim.Result, error) {
+	return schedule(s, tp, opt, nil)
+}
+
+// schedule is Schedule with the schedule's deferred data flow check
+// (nil: none). The bound and the check run on a goroutine beside the
+// simulation (both read what it reads, and write nothing it does); their
+// errors come first, as the schedule is what the simulation ran.
+func schedule(s *ir.Schedule, tp *topo.Topology, opt Options, verify func() error) (Record, *sim.Result, error) {
 	rec := Record{Route: s.Route, Ideal: opt.Sim.Ideal, Ops: len(s.Ops), ModeledOn: tp.Preset, Memory: MemoryOf(s, tp), Framework: FrameworkOf(s, opt.Framework)}
-	sol, err := plan.Bound(s.Route, s.Tensors, tp)
+	var (
+		sol      plan.SOL
+		solErr   error
+		solTime  atomic.Int64 // units.Time, for progress: 0 until the bound is known
+		sideDone = make(chan struct{})
+	)
+	go func() {
+		defer close(sideDone)
+		if sol, solErr = plan.Bound(s.Route, s.Tensors, tp); solErr != nil {
+			solErr = fmt.Errorf("SOL bound: %w", solErr)
+			return
+		}
+		solTime.Store(int64(sol.Time))
+		if verify != nil {
+			solErr = verify()
+		}
+	}()
+	res, err := simulate(s, tp, opt, &rec, func() units.Time { return units.Time(solTime.Load()) })
+	<-sideDone
+	if solErr != nil {
+		return rec, nil, solErr
+	}
 	if err != nil {
-		return rec, nil, fmt.Errorf("SOL bound: %w", err)
+		return rec, nil, err
 	}
 	rec.SOL, rec.SOLTerm, rec.UniqueBytes = sol.Time, sol.Term, sol.UniqueBytes
+	return rec, res, nil
+}
+
+// simulate runs the simulation of a record, on the machine opt names,
+// and fills the record's modeled fields; sol is the bound so far, for
+// progress.
+func simulate(s *ir.Schedule, tp *topo.Topology, opt Options, rec *Record, sol func() units.Time) (*sim.Result, error) {
 	mtp, sopt := tp, opt.Sim
 	if opt.Machine != nil {
 		mtp = OnMachine(tp, opt.Machine)
@@ -378,11 +423,11 @@ func Schedule(s *ir.Schedule, tp *topo.Topology, opt Options) (Record, *sim.Resu
 		rec.ModeledOn = fmt.Sprintf("one GPU at %.0f GB/s", opt.LoopbackMemory.GBps())
 	}
 	if opt.Progress != nil {
-		sopt.Progress = func(p sim.Progress) { opt.Progress(p, sol.Time) }
+		sopt.Progress = func(p sim.Progress) { opt.Progress(p, sol()) }
 	}
 	res, err := sim.Run(s, mtp, sopt)
 	if err != nil {
-		return rec, nil, fmt.Errorf("simulation: %w", err)
+		return nil, fmt.Errorf("simulation: %w", err)
 	}
 	rec.Models = Models(res.Modeled != nil)
 	if res.Modeled != nil {
@@ -393,7 +438,7 @@ func Schedule(s *ir.Schedule, tp *topo.Topology, opt Options) (Record, *sim.Resu
 	rec.ModeledHostIssue = res.HostIssue
 	rec.Bottleneck = res.Bottleneck
 	rec.Resources = sim.ByClass(res.Resources)
-	return rec, res, nil
+	return res, nil
 }
 
 // OnMachine is a topology's shape with a machine's achievable rates,

@@ -43,6 +43,47 @@ type Options struct {
 // its destination layout over the topology, by the named route, and
 // verifies it. A schedule failing verification is never returned.
 func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, error) {
+	s, verify, err := BuildDeferred(tensors, tp, opt)
+	if err != nil {
+		return nil, err
+	}
+	if err := verify(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// BuildDeferred is [Build] with the costlier part of the verification
+// left to the caller: the schedule it returns has passed the structural
+// checks a simulator needs to run it ([ir.Schedule.ValidateStages]), and
+// verify runs the data flow check, returning the error Build would. A
+// caller may simulate the schedule while verify runs, but must call it
+// and trust nothing of the schedule until it returns nil.
+func BuildDeferred(tensors []ir.Tensor, tp *topo.Topology, opt Options) (s *ir.Schedule, verify func() error, err error) {
+	s, err = buildUnverified(tensors, tp, opt)
+	if err != nil {
+		return nil, nil, err
+	}
+	invalid := func(err error) error {
+		if errors.Is(err, ir.ErrTooLarge) {
+			return err
+		}
+		return fmt.Errorf("route %s built an invalid schedule (a bug in m2n): %w", opt.Route, err)
+	}
+	dataflow, err := s.ValidateStages()
+	if err != nil {
+		return nil, nil, invalid(err)
+	}
+	return s, func() error {
+		if err := dataflow(); err != nil {
+			return invalid(err)
+		}
+		return nil
+	}, nil
+}
+
+// buildUnverified plans a schedule, unverified.
+func buildUnverified(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, error) {
 	if opt.ChunkBytes == 0 {
 		opt.ChunkBytes = DefaultChunkBytes
 	}
@@ -182,11 +223,6 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 			return nil, &OpsLimitError{Route: opt.Route, Ops: int64(len(cs.Ops)), Limit: opt.MaxOps, Chunk: opt.ChunkBytes}
 		}
 		s = cs
-	}
-	if err := s.Validate(); errors.Is(err, ir.ErrTooLarge) {
-		return nil, err
-	} else if err != nil {
-		return nil, fmt.Errorf("route %s built an invalid schedule (a bug in m2n): %w", opt.Route, err)
 	}
 	return s, nil
 }

@@ -38,7 +38,8 @@ type progress interface {
 // task is one piece of work on the progress display.
 type task interface {
 	// sim moves the line along a simulation, with the schedule's SOL
-	// bound as the estimate of its makespan (evaluate.Options.Progress).
+	// bound as the estimate of its makespan (evaluate.Options.Progress; 0
+	// until the bound is known).
 	sim(p sim.Progress, sol units.Time)
 	// done ends the task and counts it.
 	done()
@@ -136,7 +137,10 @@ func (bp *barProgress) task(label string) task {
 		case !t.simulating.Load():
 			return " planning"
 		}
-		return fmt.Sprintf(" %v simulated of ~%v (SOL)", units.Time(t.now.Load()), units.Time(t.sol.Load()))
+		if sol := t.sol.Load(); sol > 0 {
+			return fmt.Sprintf(" %v simulated of ~%v (SOL)", units.Time(t.now.Load()), units.Time(sol))
+		}
+		return fmt.Sprintf(" %v simulated", units.Time(t.now.Load())) // the bound not known yet
 	}
 	// Total 0: the bar completes on done() only, not when its
 	// simulation's last op ends and the results are still being summed.
