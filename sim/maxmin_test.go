@@ -275,8 +275,8 @@ func TestSortBounds(t *testing.T) {
 // (the others keep neither).
 func checkAggregates(f *fluid) error {
 	for r := range int32(f.nres) {
-		if n := len(f.users[r]); f.bucketed[r] && n <= f.bktOff || !f.bucketed[r] && (n > 0 && n >= f.bktOn || len(f.bkt[r]) > 0) {
-			return fmt.Errorf("resource %d with %d users: buckets %v (%d)", r, n, f.bucketed[r], len(f.bkt[r]))
+		if n := len(f.users[r]); f.bucketed[r] && n <= f.bktOff || !f.bucketed[r] && (n > 0 && n >= f.bktOn || len(f.bkt[r].b) > 0) {
+			return fmt.Errorf("resource %d with %d users: buckets %v (%d)", r, n, f.bucketed[r], len(f.bkt[r].b))
 		}
 		if !f.bucketed[r] {
 			if len(f.gmem[r]) > 0 {
@@ -293,7 +293,7 @@ func checkAggregates(f *fluid) error {
 			}
 		}
 		seen := map[int64]bool{}
-		for _, b := range f.bkt[r] {
+		for _, b := range f.bkt[r].b {
 			if b.c <= 0 || seen[b.rate] {
 				return fmt.Errorf("resource %d: bucket at %d empty or repeated", r, b.rate)
 			}
@@ -304,6 +304,9 @@ func checkAggregates(f *fluid) error {
 		}
 		if len(seen) != len(want) {
 			return fmt.Errorf("resource %d: the buckets miss users", r)
+		}
+		if err := checkIndex(f, r); err != nil {
+			return err
 		}
 		members := 0
 		for p, id := range f.gmem[r] {
@@ -324,10 +327,45 @@ func checkAggregates(f *fluid) error {
 	return nil
 }
 
+// checkIndex checks resource r's index of its buckets: kept exactly when
+// it has more than bixOn buckets (and until fewer than bixOff), twice their
+// number at least, and finding each bucket where it is and no other rate.
+func checkIndex(f *fluid, r int32) error {
+	bs, t := f.bkt[r].b, f.bkt[r].ix
+	if t == nil && len(bs) > f.bixOn || t != nil && len(bs) < f.bixOff {
+		return fmt.Errorf("resource %d with %d buckets: indexed %v", r, len(bs), t != nil)
+	}
+	if t == nil {
+		return nil
+	}
+	if len(t)&(len(t)-1) != 0 || len(t) < 2*len(bs) {
+		return fmt.Errorf("resource %d: index of %d slots for %d buckets", r, len(t), len(bs))
+	}
+	used := 0
+	for _, v := range t {
+		if v != 0 {
+			used++
+		}
+	}
+	if used != len(bs) {
+		return fmt.Errorf("resource %d: index holds %d entries for %d buckets", r, used, len(bs))
+	}
+	for i, b := range bs {
+		if got := f.bucket(r, b.rate); got != i {
+			return fmt.Errorf("resource %d: bucket at %d found at %d, not %d", r, b.rate, got, i)
+		}
+		if got := f.bucket(r, b.rate+1); got >= 0 && bs[got].rate != b.rate+1 {
+			return fmt.Errorf("resource %d: rate %d found at bucket %d of rate %d", r, b.rate+1, got, bs[got].rate)
+		}
+	}
+	return nil
+}
+
 // The aggregates stay exact as flows come and go (random flows, shared
 // levels, caps, paths that repeat a resource; resources that keep buckets
-// always, from a few users on, or by default), and the solver keeps
-// matching the full fill with them.
+// always, from a few users on, or by default, and index them by rate from
+// the first, the third or by default), and the solver keeps matching the
+// full fill with them.
 func TestFluidAggregates(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 23))
 	local, rounds := 0, 0
@@ -344,6 +382,8 @@ func TestFluidAggregates(t *testing.T) {
 		cur.fullFrac = []float64{defaultFullFrac, 0.1, 2}[i%3]
 		th := [][2]int{{0, -1}, {4, 2}, {defaultBktOn, defaultBktOff}}[i/3%3]
 		cur.bktOn, cur.bktOff = th[0], th[1]
+		ix := [][2]int{{0, -1}, {2, 1}, {defaultBixOn, defaultBixOff}}[i/9%3]
+		cur.bixOn, cur.bixOff = ix[0], ix[1]
 		orc := newFullFill(capacity).(*fullFill)
 		type pair struct{ cur, orc int32 }
 		var live []pair
