@@ -369,32 +369,52 @@ func Schedule(s *ir.Schedule, tp *topo.Topology, opt Options) (Record, *sim.Resu
 }
 
 // schedule is Schedule with the schedule's deferred data flow check
-// (nil: none). The bound and the check run on a goroutine beside the
-// simulation (both read what it reads, and write nothing it does); their
-// errors come first, as the schedule is what the simulation ran.
+// (nil: none). The check, then the bound, run on a goroutine beside the
+// simulation (both read what it reads, and write nothing it does). An
+// error of either stops the simulation at its next progress point and is
+// the result, the check's first (the schedule is what the simulation
+// ran); a panic there is the caller's, as it was before they moved.
 func schedule(s *ir.Schedule, tp *topo.Topology, opt Options, verify func() error) (Record, *sim.Result, error) {
 	rec := Record{Route: s.Route, Ideal: opt.Sim.Ideal, Ops: len(s.Ops), ModeledOn: tp.Preset, Memory: MemoryOf(s, tp), Framework: FrameworkOf(s, opt.Framework)}
 	var (
 		sol      plan.SOL
-		solErr   error
+		sideErr  error
+		panicked any
+		failed   atomic.Bool  // the side found an error: stop the simulation
 		solTime  atomic.Int64 // units.Time, for progress: 0 until the bound is known
 		sideDone = make(chan struct{})
 	)
 	go func() {
 		defer close(sideDone)
-		if sol, solErr = plan.Bound(s.Route, s.Tensors, tp); solErr != nil {
-			solErr = fmt.Errorf("SOL bound: %w", solErr)
+		defer func() {
+			if r := recover(); r != nil {
+				panicked = r
+				failed.Store(true)
+			}
+		}()
+		if verify != nil {
+			sideErr = verify()
+		}
+		if sideErr == nil {
+			if sol, sideErr = plan.Bound(s.Route, s.Tensors, tp); sideErr != nil {
+				sideErr = fmt.Errorf("SOL bound: %w", sideErr)
+			}
+		}
+		if sideErr != nil {
+			failed.Store(true)
 			return
 		}
 		solTime.Store(int64(sol.Time))
-		if verify != nil {
-			solErr = verify()
-		}
 	}()
+	stop := opt.Sim.Stop
+	opt.Sim.Stop = func() bool { return failed.Load() || stop != nil && stop() }
 	res, err := simulate(s, tp, opt, &rec, func() units.Time { return units.Time(solTime.Load()) })
 	<-sideDone
-	if solErr != nil {
-		return rec, nil, solErr
+	if panicked != nil {
+		panic(panicked)
+	}
+	if sideErr != nil {
+		return rec, nil, sideErr
 	}
 	if err != nil {
 		return rec, nil, err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"sync"
 
 	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/layout"
@@ -58,7 +59,8 @@ func Build(tensors []ir.Tensor, tp *topo.Topology, opt Options) (*ir.Schedule, e
 // checks a simulator needs to run it ([ir.Schedule.ValidateStages]), and
 // verify runs the data flow check, returning the error Build would. A
 // caller may simulate the schedule while verify runs, but must call it
-// and trust nothing of the schedule until it returns nil.
+// and trust nothing of the schedule until it returns nil. verify checks
+// once; later calls return the first call's error.
 func BuildDeferred(tensors []ir.Tensor, tp *topo.Topology, opt Options) (s *ir.Schedule, verify func() error, err error) {
 	s, err = buildUnverified(tensors, tp, opt)
 	if err != nil {
@@ -74,11 +76,17 @@ func BuildDeferred(tensors []ir.Tensor, tp *topo.Topology, opt Options) (s *ir.S
 	if err != nil {
 		return nil, nil, invalid(err)
 	}
+	var (
+		once sync.Once
+		verr error
+	)
 	return s, func() error {
-		if err := dataflow(); err != nil {
-			return invalid(err)
-		}
-		return nil
+		once.Do(func() {
+			if err := dataflow(); err != nil {
+				verr = invalid(err)
+			}
+		})
+		return verr
 	}, nil
 }
 

@@ -46,6 +46,10 @@ type Options struct {
 	// (simulated time and ops done never go back), it is never called
 	// concurrently, and it changes nothing in the result.
 	Progress func(Progress)
+	// Stop, if set, is asked at each of Progress's points whether to give
+	// up; when it says so the simulation ends with ErrStopped (a caller
+	// that found the schedule or its bound wrong while it ran).
+	Stop func() bool
 }
 
 // Progress is how far a simulation has come.
@@ -137,6 +141,9 @@ type Result struct {
 
 // ErrDeadlock reports a schedule whose ops can never all run.
 var ErrDeadlock = errors.New("sim: deadlock")
+
+// ErrStopped is the error of a simulation that Options.Stop stopped.
+var ErrStopped = errors.New("sim: stopped")
 
 // Run simulates a schedule on a topology.
 func Run(s *ir.Schedule, tp *topo.Topology, opt Options) (*Result, error) {
@@ -485,6 +492,9 @@ func (e *engine) run() (*Result, error) {
 		}
 		if batch%progressEvery == 0 {
 			e.progress()
+			if e.opt.Stop != nil && e.opt.Stop() {
+				e.err = ErrStopped
+			}
 		}
 	}
 	if e.err != nil {

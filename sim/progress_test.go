@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"errors"
 	"reflect"
 	"testing"
 
@@ -44,4 +45,29 @@ func TestProgress(t *testing.T) {
 		t.Errorf("last report %+v, want makespan %v, %d ops, %d events", last, with.Makespan, len(s.Ops), with.Events)
 	}
 	t.Logf("%d reports over %d events", len(got), with.Events)
+}
+
+// Options.Stop is asked at each progress point; when it says so the
+// simulation ends there with ErrStopped.
+func TestStop(t *testing.T) {
+	s, err := plan.Build(paper(4), nvl72(2), plan.Options{Route: plan.Hierarchical, ChunkBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func(n int) { progressEvery = n }(progressEvery)
+	progressEvery = 16
+	asked, last := 0, Progress{}
+	_, err = Run(s, nvl72(2), Options{
+		Stop:     func() bool { asked++; return asked == 3 },
+		Progress: func(p Progress) { last = p },
+	})
+	if !errors.Is(err, ErrStopped) {
+		t.Fatalf("error %v, want ErrStopped", err)
+	}
+	if asked != 3 || last.OpsDone >= len(s.Ops) {
+		t.Errorf("asked %d times, %d of %d ops done; want 3 and stopped early", asked, last.OpsDone, len(s.Ops))
+	}
+	if _, err := Run(s, nvl72(2), Options{Stop: func() bool { return false }}); err != nil {
+		t.Errorf("never stopped: %v", err)
+	}
 }
