@@ -33,11 +33,18 @@ func truth() *topo.Topology {
 // runs them on GPUs, with the box classes at their efficiencies.
 func measure(t *testing.T, tp *topo.Topology, launch topo.Launch) Input {
 	t.Helper()
-	bs, err := Benches(2)
+	return measureOn(t, tp, launch, 2)
+}
+
+// measureOn is measure on a machine of gpus GPUs (1: the benches of one
+// GPU only, as `m2n calibrate` runs there).
+func measureOn(t *testing.T, tp *topo.Topology, launch topo.Launch, gpus int) Input {
+	t.Helper()
+	bs, err := Benches(gpus)
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := Input{Launch: launch, GPUsPerProcess: 2, Samples: map[string]Sample{}, Counts: map[string]Counts{}, Boxes: map[program.BoxClass]BoxSample{}}
+	in := Input{Launch: launch, GPUsPerProcess: gpus, Samples: map[string]Sample{}, Counts: map[string]Counts{}, Boxes: map[program.BoxClass]BoxSample{}}
 	if launch == topo.PerGPU {
 		in.GPUsPerProcess = 1
 	}

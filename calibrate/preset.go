@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -19,7 +20,9 @@ import (
 // sets from others (nic from nvlink, the latencies from xfer_latency) get
 // a derived record each, appended to f.Measurements. A constant a fit may
 // leave unmeasured (batch_shared, quantize_generic: 0) keeps the preset's
-// value and record; a per-GPU fit sets it where the preset has none.
+// value and record; a per-GPU fit sets it where the preset has none. So do
+// the pair's costs (NCCL's and the copies' between GPUs) of a fit on one
+// GPU.
 func Apply(t *topo.Topology, f *Fit) {
 	x := &t.Executor
 	optional := func(v *float64, fit float64, only bool) {
@@ -27,8 +30,17 @@ func Apply(t *topo.Topology, f *Fit) {
 			*v = fit
 		}
 	}
+	costs := f.Costs
+	if f.NVLink == 0 {
+		// One GPU: the pair's benches did not run, so its costs were not
+		// measured; the preset keeps its own, and their records.
+		old := x.Costs[f.Launch]
+		costs.PairRate, costs.DuplexRate, costs.CopyRate = old.PairRate, old.DuplexRate, old.CopyRate
+		costs.XferLatency, costs.StartLatency, costs.GroupLatency = old.XferLatency, old.StartLatency, old.GroupLatency
+		costs.HostGroup, costs.HostXfer, costs.Ramp = old.HostGroup, old.HostXfer, slices.Clone(old.Ramp)
+	}
 	// The machine constants are the one-process fit's where there is one.
-	if x.Costs[f.Launch] = f.Costs; f.Launch != topo.OneProcess && !x.Costs[topo.OneProcess].IsZero() {
+	if x.Costs[f.Launch] = costs; f.Launch != topo.OneProcess && !x.Costs[topo.OneProcess].IsZero() {
 		optional(&x.BatchShared, f.BatchShared, true)
 		optional(&x.QuantizeGeneric, f.QuantGeneric, true)
 		return

@@ -113,6 +113,43 @@ func TestProvenanceWithoutOptionalBenches(t *testing.T) {
 	}
 }
 
+// A fit on one GPU (no pair benches: neither NCCL nor NVLink measured)
+// into a preset calibrated on two keeps the pair's costs and their records,
+// in either launch mode, and takes the one GPU's own. (It once wrote the
+// mode's pair_rate, duplex_rate and the rest as 0 beside records that
+// still said the two GPUs' values.)
+func TestProvenanceOneGPUInto(t *testing.T) {
+	for _, launch := range []topo.Launch{topo.OneProcess, topo.PerGPU} {
+		p, ms := calibrated(t, topo.OneProcess, topo.PerGPU)
+		before := p.Executor.Costs[launch]
+		slow := truth()
+		slow.Memory *= 0.9
+		in := measureOn(t, slow, launch, 1)
+		in.Command, in.Date, in.Machine = "m2n calibrate", "2026-11-30T00:00:09Z", "simulated, one GPU"
+		f, err := Fitting(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.NVLink != 0 || f.Costs.PairRate != 0 {
+			t.Fatalf("%v: one GPU's fit measured the pair: nvlink %v, pair_rate %v", launch, f.NVLink, f.Costs.PairRate)
+		}
+		Apply(p, f)
+		ms = Merge(ms, f)
+		if err := Provenance(p, ms); err != nil {
+			t.Errorf("%v: %v", launch, err)
+		}
+		got := p.Executor.Costs[launch]
+		if got.PairRate != before.PairRate || got.DuplexRate != before.DuplexRate || got.CopyRate != before.CopyRate ||
+			got.XferLatency != before.XferLatency || got.StartLatency != before.StartLatency || got.GroupLatency != before.GroupLatency ||
+			got.HostGroup != before.HostGroup || got.HostXfer != before.HostXfer || !slices.Equal(got.Ramp, before.Ramp) {
+			t.Errorf("%v: the pair's costs moved: %+v, were %+v", launch, got, before)
+		}
+		if launch == topo.OneProcess {
+			nearly(t, "memory", float64(p.Memory), float64(slow.Memory), 0.01)
+		}
+	}
+}
+
 // Each way a preset can lose track of a constant is reported, naming it.
 func TestProvenanceCatchesEachBreak(t *testing.T) {
 	p, ms := calibrated(t, topo.OneProcess, topo.PerGPU)
