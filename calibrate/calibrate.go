@@ -131,6 +131,49 @@ func build(ts []ir.Tensor, chunk int64) (*ir.Schedule, error) {
 	return plan.Build(ts, topology(), plan.Options{Route: plan.Flat, ChunkBytes: chunk})
 }
 
+// waitsSchedule is launchOps copies of launchBytes on four ranks in turn
+// (four streams), each made to wait for the copy before it on each of the
+// other three ranks: about four events (a record and three waits) a
+// launch, where events has about one. With the launch bench's launches
+// and few events, the two equations in a launch's and an event's host
+// costs are far from parallel, so that host noise in either moves the
+// event's cost little (the events bench's events are a tenth of its issue
+// time, and three one-GPU calibrations in a row fitted 0.41, 1.76 and
+// 0.56 us from it).
+func waitsSchedule() (*ir.Schedule, error) {
+	const ranks = 4
+	tp := topology()
+	tp.Domains = ranks
+	var ts []ir.Tensor
+	for i := range launchOps {
+		ts = append(ts, tensor(fmt.Sprintf("w%d", i), launchBytes, i%ranks, i%ranks))
+	}
+	s, err := plan.Build(ts, tp, plan.Options{Route: plan.Flat, ChunkBytes: launchBytes})
+	if err != nil {
+		return nil, err
+	}
+	// The ops are the copies, one a tensor, in order: op i on rank i % 4.
+	if len(s.Ops) != launchOps {
+		return nil, fmt.Errorf("%d ops, want %d copies", len(s.Ops), launchOps)
+	}
+	w := *s
+	w.Ops, w.DepPool = slices.Clone(s.Ops), nil
+	for i := range w.Ops {
+		deps := slices.Clone(s.Deps(int32(i)))
+		for k := 1; k < ranks && i-k >= 0; k++ {
+			deps = append(deps, int32(i-k))
+		}
+		slices.Sort(deps)
+		deps = slices.Compact(deps)
+		w.Ops[i].DepOff, w.Ops[i].DepLen = int32(len(w.DepPool)), int32(len(deps))
+		w.DepPool = append(w.DepPool, deps...)
+	}
+	if err := w.Validate(); err != nil {
+		return nil, err
+	}
+	return &w, nil
+}
+
 // Benches returns the microbenchmarks for a machine of gpus GPUs (1 or
 // more; with one, the NCCL ones are left out).
 func Benches(gpus int) ([]Bench, error) {
@@ -173,6 +216,12 @@ func Benches(gpus int) ([]Bench, error) {
 	}
 	out = append(out, Bench{Name: "events", Schedule: s, GPUs: 1, Transport: "copy", NoBatch: true,
 		What: "packs, copies and unpacks on their streams, each waiting for the last: the host's cost of an event"})
+	w, err := waitsSchedule()
+	if err != nil {
+		return nil, fmt.Errorf("bench waits: %w", err)
+	}
+	out = append(out, Bench{Name: "waits", Schedule: w, GPUs: 1, Transport: "copy", NoBatch: true,
+		What: "256 copies of 64 KiB on four streams, each waiting for the last of the other three: the host's cost of an event, beside launch's"})
 	out = append(out, Bench{Name: "events-graph", Schedule: s, GPUs: 1, Transport: "copy", Graph: true, NoBatch: true,
 		What: "the same as a CUDA graph: a pack or unpack kernel's start"})
 	if gpus < 2 {

@@ -2,6 +2,8 @@ package calibrate
 
 import (
 	"bytes"
+	"fmt"
+	"maps"
 	"math"
 	"testing"
 
@@ -145,6 +147,44 @@ func TestFitRecoversTheModel(t *testing.T) {
 			t.Errorf("%v: %d measurements noted, want one per constant", launch, len(f.Measurements))
 		}
 	}
+}
+
+// The host's cost of an event holds up under host noise: with the launch
+// and waits benches' host issue 5% off either way it stays within 15% of
+// the truth (from the events bench, as before the waits bench, up to
+// about 35%); samples without the waits bench (an older m2n's) still fit
+// it, from events.
+func TestHostEventUnderNoise(t *testing.T) {
+	tp := truth()
+	want := tp.Executor.Costs[topo.OneProcess]
+	base := measure(t, tp, topo.OneProcess)
+	with := func(scale map[string]float64, drop string) Input {
+		in := base
+		in.Samples, in.Counts = maps.Clone(base.Samples), maps.Clone(base.Counts)
+		for name, k := range scale {
+			s := in.Samples[name]
+			s.HostIssue = units.Time(float64(s.HostIssue) * k)
+			in.Samples[name] = s
+		}
+		delete(in.Samples, drop)
+		delete(in.Counts, drop)
+		return in
+	}
+	for _, a := range []float64{0.95, 1.05} {
+		for _, b := range []float64{0.95, 1.05} {
+			f, err := Fitting(with(map[string]float64{"launch": a, "waits": b, "events": b}, ""))
+			if err != nil {
+				t.Fatal(err)
+			}
+			nearly(t, fmt.Sprintf("host_event, launch x%.2f, waits x%.2f", a, b), float64(f.Costs.HostEvent), float64(want.HostEvent), 0.15)
+		}
+	}
+	f, err := Fitting(with(nil, "waits"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nearly(t, "host_event from events", float64(f.Costs.HostEvent), float64(want.HostEvent), 0.01)
+	nearly(t, "host_launch from events", float64(f.Costs.HostLaunch), float64(want.HostLaunch), 0.01)
 }
 
 // A measured preset round-trips through the TOML parser: the topology it

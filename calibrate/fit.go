@@ -120,18 +120,23 @@ func fitting(in Input) (*Fit, error) {
 	f.LatencyLocal = per(median(lg.Times))
 	note("latency_local", fmtT(f.LatencyLocal), "(median / 256) - 2 x 64 KiB / memory", lg, fmtT(per(lg.Times[0])), fmtT(per(lg.Times[len(lg.Times)-1])))
 	// The host's costs of a launch and of an event: the launches of one
-	// stream, and a schedule whose ops wait across streams, both issued
-	// op by op: two equations in the two costs.
+	// stream, and a schedule whose ops wait across streams (waits; events
+	// in samples from before it), both issued op by op: two equations in
+	// the two costs.
 	ln, err := get("launch")
 	if err != nil {
 		return nil, err
 	}
-	evs, err := get("events")
+	evName := "waits"
+	if _, ok := in.Samples[evName]; !ok {
+		evName = "events"
+	}
+	evs, err := get(evName)
 	if err != nil {
 		return nil, err
 	}
 	l1, e1 := in.Counts["launch"].Launches, in.Counts["launch"].Events
-	l2, e2 := in.Counts["events"].Launches, in.Counts["events"].Events
+	l2, e2 := in.Counts[evName].Launches, in.Counts[evName].Events
 	det := float64(l1*e2 - l2*e1)
 	if det == 0 || l1 == 0 || e2 == 0 {
 		return nil, fmt.Errorf("calibrate: the launch and events benches do not separate launches from events (%d/%d, %d/%d)", l1, e1, l2, e2)
@@ -139,7 +144,7 @@ func fitting(in Input) (*Fit, error) {
 	h1, h2 := float64(ln.HostIssue), float64(evs.HostIssue)
 	f.Costs.HostLaunch = max(0, units.Time(math.Round((h1*float64(e2)-h2*float64(e1))/det)))
 	f.Costs.HostEvent = max(0, units.Time(math.Round((float64(l1)*h2-float64(l2)*h1)/det)))
-	note("executor."+key(mode)+".host_launch", fmtT(f.Costs.HostLaunch), fmt.Sprintf("host issue of %d launches and %d event ops, and of %d and %d (the events bench), solved for both costs", l1, e1, l2, e2), ln, "", "")
+	note("executor."+key(mode)+".host_launch", fmtT(f.Costs.HostLaunch), fmt.Sprintf("host issue of %d launches and %d event ops, and of %d and %d (the %s bench), solved for both costs", l1, e1, l2, e2, evName), ln, "", "")
 	note("executor."+key(mode)+".host_event", fmtT(f.Costs.HostEvent), "the same two equations", evs, "", "")
 	// Pack classes: the rate of a pack and an unpack (read plus write)
 	// as a fraction of memory.
