@@ -438,13 +438,7 @@ func (f *fluid) bucketShift(r int32, s shift) {
 		i, j = f.bkt[r].find(old), f.bkt[r].find(new)
 	}
 	if f.bkt[r].b[i].c == c && j < 0 { // all of it: relabel
-		if f.bkt[r].ix != nil {
-			f.bixDelete(r, old)
-			f.bkt[r].b[i].rate = new
-			bixPut(f.bkt[r].ix, new, i)
-		} else {
-			f.bkt[r].b[i].rate = new
-		}
+		f.bkt[r].relabel(i, new)
 		return
 	}
 	if j < 0 {
@@ -466,7 +460,7 @@ func (f *fluid) newBucket(r int32, rate int64) int {
 	n := len(f.bkt[r].b)
 	switch t := f.bkt[r].ix; {
 	case t == nil && n > f.bixOn, t != nil && 2*n > len(t):
-		f.bixBuild(r)
+		f.bkt[r].index()
 	case t != nil:
 		bixPut(t, rate, n-1)
 	}
@@ -483,9 +477,9 @@ func (f *fluid) dropBucket(r int32, i int) {
 		f.bkt[r].b = bs[:n]
 		return
 	}
-	f.bixDelete(r, bs[i].rate)
+	f.bkt[r].unindex(bs[i].rate)
 	if i != n {
-		f.bkt[r].ix[f.bixSlot(r, bs[n].rate)] = int32(i + 1) // before bs[i] holds the same rate
+		f.bkt[r].ix[f.bkt[r].slot(bs[n].rate)] = int32(i + 1) // before bs[i] holds the same rate
 		bs[i] = bs[n]
 	}
 	f.bkt[r].b = bs[:n]
@@ -499,19 +493,28 @@ func bixHome(rate int64, m int) int {
 	return int(uint64(rate)*0x9e3779b97f4a7c15>>32) & m
 }
 
-// bixBuild indexes resource r's buckets afresh, in a table four times
-// their number (at least 8).
-func (f *fluid) bixBuild(r int32) {
-	bs := f.bkt[r].b
+// index indexes the buckets afresh, in a table four times their number
+// (at least 8).
+func (bs *buckets) index() {
 	size := 8
-	for size < 4*len(bs) {
+	for size < 4*len(bs.b) {
 		size *= 2
 	}
-	t := make([]int32, size)
-	for i := range bs {
-		bixPut(t, bs[i].rate, i)
+	bs.ix = make([]int32, size)
+	for i := range bs.b {
+		bixPut(bs.ix, bs.b[i].rate, i)
 	}
-	f.bkt[r].ix = t
+}
+
+// relabel moves bucket i to rate new (none there), in the index too.
+func (bs *buckets) relabel(i int, new int64) {
+	if bs.ix == nil {
+		bs.b[i].rate = new
+		return
+	}
+	bs.unindex(bs.b[i].rate)
+	bs.b[i].rate = new
+	bixPut(bs.ix, new, i)
 }
 
 // bixPut enters bucket i at rate in index t.
@@ -525,28 +528,28 @@ func bixPut(t []int32, rate int64, i int) {
 	}
 }
 
-// bixSlot is the slot of resource r's index that holds its bucket at
-// rate (which it must hold).
-func (f *fluid) bixSlot(r int32, rate int64) int {
-	t, bs := f.bkt[r].ix, f.bkt[r].b
+// slot is the slot of the index that holds the bucket at rate (which it
+// must hold).
+func (bs *buckets) slot(rate int64) int {
+	t, b := bs.ix, bs.b
 	m := len(t) - 1
 	s := bixHome(rate, m)
-	for t[s] == 0 || bs[t[s]-1].rate != rate {
+	for t[s] == 0 || b[t[s]-1].rate != rate {
 		s = (s + 1) & m
 	}
 	return s
 }
 
-// bixDelete takes resource r's bucket at rate out of its index, moving
-// back the entries after it that its slot let pass (no tombstones).
-func (f *fluid) bixDelete(r int32, rate int64) {
-	t, bs := f.bkt[r].ix, f.bkt[r].b
+// unindex takes the bucket at rate out of the index, moving back the
+// entries after it that its slot let pass (no tombstones).
+func (bs *buckets) unindex(rate int64) {
+	t := bs.ix
 	m := len(t) - 1
-	i := f.bixSlot(r, rate)
+	i := bs.slot(rate)
 	for j := (i + 1) & m; t[j] != 0; j = (j + 1) & m {
 		// The entry at j may fill the hole at i when i lies on its
 		// path from its home.
-		if h := bixHome(bs[t[j]-1].rate, m); (j-h)&m >= (j-i)&m {
+		if h := bixHome(bs.b[t[j]-1].rate, m); (j-h)&m >= (j-i)&m {
 			t[i] = t[j]
 			i = j
 		}
