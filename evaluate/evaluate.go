@@ -188,9 +188,14 @@ type Options struct {
 func Build(p *scenario.Point, opt plan.Options) (*ir.Schedule, error) {
 	s, err := plan.Build(pointTensors(p), p.Topology, opt)
 	if err != nil {
-		return nil, fmt.Errorf("point %s, route %s: %w", p.Label(), opt.Route, err)
+		return nil, pointErr(p, opt.Route, err)
 	}
 	return s, nil
+}
+
+// pointErr says which point and route an error is of.
+func pointErr(p *scenario.Point, route string, err error) error {
+	return fmt.Errorf("point %s, route %s: %w", p.Label(), route, err)
 }
 
 // pointTensors are the tensors a point moves.
@@ -210,11 +215,11 @@ func pointTensors(p *scenario.Point) []ir.Tensor {
 func Point(p *scenario.Point, popt plan.Options, opt Options) (Record, *ir.Schedule, *sim.Result, error) {
 	s, verify, err := plan.BuildDeferred(pointTensors(p), p.Topology, popt)
 	if err != nil {
-		return Record{}, nil, nil, fmt.Errorf("point %s, route %s: %w", p.Label(), popt.Route, err)
+		return Record{}, nil, nil, pointErr(p, popt.Route, err)
 	}
 	rec, res, err := schedule(s, p.Topology, opt, verify)
 	if err != nil {
-		return Record{}, nil, nil, fmt.Errorf("point %s, route %s: %w", p.Label(), popt.Route, err)
+		return Record{}, nil, nil, pointErr(p, popt.Route, err)
 	}
 	AtPoint(&rec, p, opt.References)
 	return rec, s, res, nil

@@ -41,7 +41,8 @@ func (s *Schedule) Validate() error {
 // back with no cycle) and returns the rest, the data flow check, to run
 // later: a simulator can run the schedule while it does (on dsv3-256's
 // hierarchical schedule the data flow is about three quarters of the
-// check). The two together return what Validate returns. The schedule
+// check: `sim.test -test.bench 'WorkloadPlan/dsv3-256/hierarchical'
+// -test.cpuprofile`, docs/performance.md). The two together return what Validate returns. The schedule
 // must not change until the returned check has run; it reads the
 // schedule only, so it may run beside other readers.
 func (s *Schedule) ValidateStages() (dataflow func() error, err error) {

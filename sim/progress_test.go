@@ -5,18 +5,28 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/plan"
 )
 
-// Options.Progress is called at the start, along the way and at the end,
-// with monotone reports, and changes nothing in the result.
-func TestProgress(t *testing.T) {
+// progressSchedule is the paper layer at rho = 4, hierarchical, with a
+// progress point every 16 batches for the rest of the test.
+func progressSchedule(t *testing.T) *ir.Schedule {
+	t.Helper()
 	s, err := plan.Build(paper(4), nvl72(2), plan.Options{Route: plan.Hierarchical, ChunkBytes: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func(n int) { progressEvery = n }(progressEvery)
+	n := progressEvery
+	t.Cleanup(func() { progressEvery = n })
 	progressEvery = 16
+	return s
+}
+
+// Options.Progress is called at the start, along the way and at the end,
+// with monotone reports, and changes nothing in the result.
+func TestProgress(t *testing.T) {
+	s := progressSchedule(t)
 	var got []Progress
 	with, err := Run(s, nvl72(2), Options{Timeline: true, Progress: func(p Progress) { got = append(got, p) }})
 	if err != nil {
@@ -50,14 +60,9 @@ func TestProgress(t *testing.T) {
 // Options.Stop is asked at each progress point; when it says so the
 // simulation ends there with ErrStopped.
 func TestStop(t *testing.T) {
-	s, err := plan.Build(paper(4), nvl72(2), plan.Options{Route: plan.Hierarchical, ChunkBytes: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func(n int) { progressEvery = n }(progressEvery)
-	progressEvery = 16
+	s := progressSchedule(t)
 	asked, last := 0, Progress{}
-	_, err = Run(s, nvl72(2), Options{
+	_, err := Run(s, nvl72(2), Options{
 		Stop:     func() bool { asked++; return asked == 3 },
 		Progress: func(p Progress) { last = p },
 	})
