@@ -459,12 +459,7 @@ func legacyChain(r *Regions, roots []int, tp *topo.Topology) (float64, string) {
 	agLoad, ag := mover(tp)
 	bcLoad, bc := mover(tp)
 	boundLegacy(r, roots, tp, ag, bc)
-	root := r.Src.Mesh.Ranks[0]
-	rootLoad := map[int]*[4]float64{}
-	if l, ok := agLoad[root]; ok {
-		rootLoad[root] = l
-	}
-	a, at := maxPort(rootLoad, tp)
+	a, at := maxPort(agLoad.only(r.Src.Mesh.Ranks[0]), tp)
 	b, bt := maxPort(bcLoad, tp)
 	switch {
 	case a == 0:
