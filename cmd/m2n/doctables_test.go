@@ -157,10 +157,10 @@ var presetFile = filepath.Join("..", "..", "model", "scenario", "presets", "hgx-
 func presetConstantsTable(t *testing.T, old string) string {
 	var p struct {
 		Topology struct {
-			NVLink        string `toml:"nvlink"`
-			Memory        string `toml:"memory"`
-			LatencyLocal  string `toml:"latency_local"`
-			Executor      map[string]any
+			NVLink       string `toml:"nvlink"`
+			Memory       string `toml:"memory"`
+			LatencyLocal string `toml:"latency_local"`
+			Executor     map[string]any
 		}
 	}
 	if _, err := toml.DecodeFile(presetFile, &p); err != nil {
