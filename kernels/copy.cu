@@ -507,26 +507,65 @@ __device__ __noinline__ void quant_block(const QuantArgs& a, i64 so, i64 dof, i6
 // reference: a reciprocal-multiply fast path that falls back to division
 // near e4m3 midpoints measured slower on an H200 (docs/native.md).
 template <int V>
+__device__ __forceinline__ void quant_generic_at(const QuantArgs& a, i64 b, float* red) {
+    const i64 srow = a.src_stride[a.nlead], drow = a.dst_stride[a.nlead];
+    i64 j = b % a.nbc, t = b / a.nbc;
+    i64 i = t % a.nbr, l = t / a.nbr;
+    i64 so = 0, dof = 0, sco = 0, r = l;
+    for (int k = a.nlead - 1; k >= 0; --k) {
+        i64 x = r % a.size[k];
+        r /= a.size[k];
+        so += x * a.src_stride[k];
+        dof += x * a.dst_stride[k];
+        sco += x * a.scale_stride[k];
+    }
+    i64 r0 = i * a.br, c0 = j * a.bc;
+    so += r0 * srow + c0;
+    dof += r0 * drow + c0;
+    const int nr = (int)imin(a.br, a.rows - r0), nv = (int)(imin(a.bc, a.cols - c0) / V);
+    quant_block_body<V>(a, so, dof, sco + i * a.scale_stride[a.nlead] + j, nr, nv, red);
+}
+
+template <int V>
 __device__ void quantize_e4m3(const QuantArgs& a) {
     __shared__ float red[33];
     i64 nblocks = a.lead * a.nbr * a.nbc;
-    const i64 srow = a.src_stride[a.nlead], drow = a.dst_stride[a.nlead];
-    for (i64 b = blockIdx.x; b < nblocks; b += gridDim.x) {
-        i64 j = b % a.nbc, t = b / a.nbc;
-        i64 i = t % a.nbr, l = t / a.nbr;
-        i64 so = 0, dof = 0, sco = 0, r = l;
-        for (int k = a.nlead - 1; k >= 0; --k) {
-            i64 x = r % a.size[k];
-            r /= a.size[k];
-            so += x * a.src_stride[k];
-            dof += x * a.dst_stride[k];
-            sco += x * a.scale_stride[k];
-        }
-        i64 r0 = i * a.br, c0 = j * a.bc;
-        so += r0 * srow + c0;
-        dof += r0 * drow + c0;
-        const int nr = (int)imin(a.br, a.rows - r0), nv = (int)(imin(a.bc, a.cols - c0) / V);
-        quant_block_body<V>(a, so, dof, sco + i * a.scale_stride[a.nlead] + j, nr, nv, red);
+    for (i64 b = blockIdx.x; b < nblocks; b += gridDim.x) quant_generic_at<V>(a, b, red);
+}
+
+// QuantBatchArgs: the batch form of a quantize kernel runs many quantize
+// ops of one kernel in one launch (the executor's batch steps of
+// quantizes): their QuantArgs, n of them, in device memory, and the
+// prefix sums of their quantization blocks (prefix[n] = blocks). Blocks
+// stride over all the ops' blocks; each finds its op by binary search.
+struct QuantBatchArgs {
+    u64 args;
+    u64 prefix;
+    i64 n;
+    i64 blocks;
+};
+static_assert(sizeof(QuantBatchArgs) == 32, "QuantBatchArgs is mirrored by package native: change both");
+
+// qjob is the op of a batch that block b belongs to: the last j with
+// P[j] <= b.
+__device__ __forceinline__ int qjob(const i64* P, i64 n, i64 b) {
+    int lo = 0, hi = (int)n - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) >> 1;
+        if (P[mid] <= b) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+template <int V>
+__device__ void quantize_e4m3_batch(const QuantBatchArgs& ba) {
+    __shared__ float red[33];
+    const QuantArgs* A = (const QuantArgs*)ba.args;
+    const i64* P = (const i64*)ba.prefix;
+    for (i64 b = blockIdx.x; b < ba.blocks; b += gridDim.x) {
+        const int j = qjob(P, ba.n, b);
+        quant_generic_at<V>(A[j], b - P[j], red);
     }
 }
 
@@ -759,6 +798,47 @@ __device__ void quantize_b128(const QuantArgs& a) {
 extern "C" __global__ void __launch_bounds__(128) quantize_e4m3_b128_bf16(QuantArgs a) { quantize_b128<1, 128>(a); }
 extern "C" __global__ void __launch_bounds__(128) quantize_e4m3_b128_fp16(QuantArgs a) { quantize_b128<2, 128>(a); }
 
+// quantize_b128_batch is quantize_b128 over the blocks of a batch's ops
+// (QuantBatchArgs), the next block's loads, of whichever op it is, issued
+// before the current block is converted. The executor batches these
+// kernels only where the blocks number fewer than 2^31.
+template <int SDT, int T>
+__device__ void quantize_b128_batch(const QuantBatchArgs& ba) {
+    constexpr int R = 2048 / T;
+    __shared__ unsigned ured[T / 32];
+    __shared__ float red[33];
+    const QuantArgs* A = (const QuantArgs*)ba.args;
+    const i64* P = (const i64*)ba.prefix;
+    const unsigned nblocks = (unsigned)ba.blocks;
+    unsigned b = blockIdx.x;
+    if (b >= nblocks) return;
+    int j = qjob(P, ba.n, b);
+    QBlock q = qblock_at(A[j], b - (unsigned)P[j]);
+    u32x4 w[R];
+    qload<T>(A[j], q, w);
+    for (;;) {
+        const unsigned bn = b + gridDim.x;
+        int jn = j;
+        QBlock qn;
+        u32x4 wn[R];
+        if (bn < nblocks) {
+            jn = qjob(P, ba.n, bn);
+            qn = qblock_at(A[jn], bn - (unsigned)P[jn]);
+            qload<T>(A[jn], qn, wn);
+        }
+        qprocess<SDT, T>(A[j], q, w, ured, red);
+        if (bn >= nblocks) return;
+        q = qn;
+        j = jn;
+#pragma unroll
+        for (int k = 0; k < R; ++k) w[k] = wn[k];
+        b = bn;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) quantize_e4m3_b128_bf16_batch(QuantBatchArgs a) { quantize_b128_batch<1, 128>(a); }
+extern "C" __global__ void __launch_bounds__(128) quantize_e4m3_b128_fp16_batch(QuantBatchArgs a) { quantize_b128_batch<2, 128>(a); }
+
 // QuantDivArgs: quant_div_check counts, over every pair of 16-bit values
 // (x, amax) of dtype sdt (1 bf16, 2 fp16) with amax a non-negative
 // magnitude where quant_fast_ok, the pairs where quant_fast_scale differs
@@ -802,6 +882,9 @@ extern "C" __global__ void quant_div_check(QuantDivArgs a) {
 extern "C" __global__ void quantize_e4m3_1(QuantArgs a) { quantize_e4m3<1>(a); }
 extern "C" __global__ void quantize_e4m3_4(QuantArgs a) { quantize_e4m3<4>(a); }
 extern "C" __global__ void quantize_e4m3_8(QuantArgs a) { quantize_e4m3<8>(a); }
+extern "C" __global__ void quantize_e4m3_1_batch(QuantBatchArgs a) { quantize_e4m3_batch<1>(a); }
+extern "C" __global__ void quantize_e4m3_4_batch(QuantBatchArgs a) { quantize_e4m3_batch<4>(a); }
+extern "C" __global__ void quantize_e4m3_8_batch(QuantBatchArgs a) { quantize_e4m3_batch<8>(a); }
 
 
 // QuantCheckArgs describes an output of a quantized tensor to verify: the

@@ -20,7 +20,9 @@
 //     quantization block: amax, scale, fp8_e4m3 bits (layout.QuantizeBlock
 //     bit for bit), 1, 4 or 8 elements a thread at a time as alignment
 //     allows; quantize_e4m3_b128_{bf16,fp16} for whole-width 128 x 128
-//     blocks of 16-bit sources, a block read once into registers.
+//     blocks of 16-bit sources, a block read once into registers; each
+//     with a _batch form that runs many quantize ops of that kernel in one
+//     launch (the executor's batch steps of quantizes).
 //   - quant_div_check: the fast kernels' arithmetic against IEEE
 //     division, for every pair of 16-bit values.
 //   - verify_quant: check an fp8 output or its scales against the
@@ -45,5 +47,7 @@ var Names = []string{
 	"box_copy_short_16", "box_copy_short_8", "box_copy_short_4", "box_copy_short_2", "box_copy_short_1",
 	"box_copy_stage", "box_copy_batch", "fill", "verify",
 	"quantize_e4m3_1", "quantize_e4m3_4", "quantize_e4m3_8", "quantize_e4m3_b128_bf16", "quantize_e4m3_b128_fp16",
+	"quantize_e4m3_1_batch", "quantize_e4m3_4_batch", "quantize_e4m3_8_batch",
+	"quantize_e4m3_b128_bf16_batch", "quantize_e4m3_b128_fp16_batch",
 	"verify_quant", "e4m3_convert", "quant_div_check", "flag_wait",
 }

@@ -611,6 +611,17 @@ func (g *cudaGPU) quantize(a *quantArgs, kernel string, shared bool, st handle) 
 	return g.launch(dev, kernel, int(max(grid, 1)), threads, st, unsafe.Pointer(&args), unsafe.Sizeof(args), 0, 1)
 }
 
+func (g *cudaGPU) quantizeBatch(a *quantBatchArgs, kernel string, shared bool, st handle) error {
+	dev := g.owner[st]
+	args := *a
+	most := 0
+	if shared {
+		most = quantBlocksShared
+	}
+	threads, grid := quantGrid(kernel, a.Blocks, g.sms[dev], most)
+	return g.launch(dev, kernel+"_batch", int(max(grid, 1)), threads, st, unsafe.Pointer(&args), unsafe.Sizeof(args), 0, 1)
+}
+
 func (g *cudaGPU) verifyQuant(a *quantCheckArgs, st handle) (bad, first int64, err error) {
 	args := *a
 	var blocks int64 = 1

@@ -185,6 +185,9 @@ type gpu interface {
 	// quantize runs a quantize op's kernel; verifyQuant checks an output
 	// of a quantized tensor (fp8 bytes or scales) as verify does.
 	quantize(a *quantArgs, kernel string, shared bool, st handle) error
+	// quantizeBatch runs the batch form of a quantize kernel over the ops
+	// whose arguments and block prefix sums are in device memory.
+	quantizeBatch(a *quantBatchArgs, kernel string, shared bool, st handle) error
 	verifyQuant(a *quantCheckArgs, st handle) (bad, first int64, err error)
 	// NCCL, for the waves mode.
 	groupStart() error
@@ -1294,12 +1297,14 @@ type localPlan struct {
 }
 
 // batchPlan is the launch of a batch step: one box_copy_batch over the
-// descriptors of its members, and the members that run on their own (the
-// staging kernel's misaligned rows) in order after it.
+// descriptors of its members, or of quantizes a launch per kernel's batch
+// form, and the members that run on their own (the staging kernel's
+// misaligned rows, a quantize alone with its kernel) in order after it.
 type batchPlan struct {
-	args batchArgs
-	ds   []batchDesc // until uploaded
-	rest []int32
+	args   batchArgs
+	ds     []batchDesc // until uploaded
+	quants []quantBatch
+	rest   []int32
 }
 
 // planLocals computes the launch of every local op of this process and of
@@ -1330,6 +1335,16 @@ func (x *Executor) planLocals() error {
 			continue
 		}
 		bp := &batchPlan{}
+		if x.s.Ops[st.Batch[0]].Kind == ir.Quantize { // a batch holds quantizes or box copies
+			bp.quants, bp.rest = planQuantBatches(st.Batch, func(i int32) *localPlan { return &x.lps[x.lpOf[i]] })
+			x.batches[k] = bp
+			d := x.prog.Streams[st.Stream].Dev
+			for q := range bp.quants {
+				bp.quants[q].args.Args = uint64(descBytes[d])
+				descBytes[d] += align(int64(len(bp.quants[q].blob)))
+			}
+			continue
+		}
 		for _, i := range st.Batch {
 			lp := &x.lps[x.lpOf[i]]
 			box, kernel := lp.box, lp.kernel
@@ -1364,10 +1379,19 @@ func (x *Executor) planLocals() error {
 		x.descMem[d] = base
 	}
 	for k, bp := range x.batches {
+		d := x.prog.Streams[x.prog.Steps[k].Stream].Dev
+		for q := range bp.quants {
+			qb := &bp.quants[q]
+			qb.args.Args += x.descMem[d]
+			qb.args.Prefix += qb.args.Args
+			if err := x.g.upload(d, qb.args.Args, qb.blob); err != nil {
+				return err
+			}
+			qb.blob = nil
+		}
 		if len(bp.ds) == 0 {
 			continue
 		}
-		d := x.prog.Streams[x.prog.Steps[k].Stream].Dev
 		b, prefixAt, units := encodeBatch(bp.ds)
 		bp.args.Desc += x.descMem[d]
 		bp.args.Prefix, bp.args.Units = bp.args.Desc+uint64(prefixAt), units
@@ -1425,6 +1449,11 @@ func (x *Executor) batch(k int, st handle) error {
 	bp := x.batches[k]
 	if bp.args.N > 0 {
 		if err := x.g.batchCopy(&bp.args, x.mode == program.Waves, st); err != nil {
+			return err
+		}
+	}
+	for q := range bp.quants {
+		if err := x.g.quantizeBatch(&bp.quants[q].args, bp.quants[q].kernel, x.mode == program.Waves, st); err != nil {
 			return err
 		}
 	}

@@ -34,10 +34,11 @@ type fakeGPU struct {
 	inFly          map[[3]int][][]byte // NCCL: data sent on communicator set c from peer a to b, not yet received
 	nextH          handle
 	waves          int
-	quantKernels   map[string]int // quantize launches by kernel
+	quantKernels   map[string]int // quantize ops run, by kernel (alone or in a batch)
 	quantChecks    int            // verifyQuant calls
 	corrupt        string         // "fp8" or "scale": flip a bit of what quantize writes
 	batches        int            // box_copy_batch launches
+	quantBatches   int            // quantize batch launches
 }
 
 type fakeOp struct {
@@ -233,6 +234,41 @@ func (f *fakeGPU) quantize(a *quantArgs, kernel string, shared bool, st handle) 
 	}})
 	return nil
 }
+func (f *fakeGPU) quantizeBatch(a *quantBatchArgs, kernel string, shared bool, st handle) error {
+	as := make([]quantArgs, a.N)
+	if err := binary.Read(bytes.NewReader(f.mem[a.Args:a.Prefix]), binary.LittleEndian, as); err != nil {
+		return err
+	}
+	prefix := make([]int64, a.N+1)
+	if err := binary.Read(bytes.NewReader(f.mem[a.Prefix:a.Prefix+uint64(8*(a.N+1))]), binary.LittleEndian, prefix); err != nil {
+		return err
+	}
+	for i, q := range as {
+		if prefix[i+1]-prefix[i] != q.Lead*q.NBR*q.NBC {
+			return fmt.Errorf("fake: quantize batch op %d: %d blocks in the prefix sums, %d in its arguments", i, prefix[i+1]-prefix[i], q.Lead*q.NBR*q.NBC)
+		}
+	}
+	if prefix[a.N] != a.Blocks {
+		return fmt.Errorf("fake: quantize batch of %d blocks, its prefix sums end at %d", a.Blocks, prefix[a.N])
+	}
+	f.quantKernels[kernel] += int(a.N)
+	f.quantBatches++
+	// The ops run in any order (the kernel's blocks do).
+	perm := f.rng.Perm(len(as))
+	f.enqueue(st, fakeOp{run: func() {
+		for _, i := range perm {
+			emulateQuant(f.mem, as[i])
+		}
+		switch f.corrupt {
+		case "fp8":
+			f.mem[as[0].Dst] ^= 1
+		case "scale":
+			f.mem[as[0].Scale] ^= 1
+		}
+	}})
+	return nil
+}
+
 func (f *fakeGPU) verifyQuant(a *quantCheckArgs, st handle) (int64, int64, error) {
 	if err := f.drain(); err != nil {
 		return 0, 0, err

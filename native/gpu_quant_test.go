@@ -164,6 +164,113 @@ func TestGPUQuantizeKernels(t *testing.T) {
 	t.Logf("kernels exercised: %v", kernels)
 }
 
+// The batch forms of the quantize kernels against the reference quantizer:
+// a few random boxes at once in one allocation, each kernel's ops in one
+// launch (planQuantBatches, as the executor's batch steps), the kernels of
+// one op alone as they run alone; every byte and scale compared.
+func TestGPUQuantizeBatch(t *testing.T) {
+	g, dev, st := firstGPU(t)
+	rng := rand.New(rand.NewPCG(63, 64))
+	launched := map[string]int{}
+	for round := range 40 {
+		n := 2 + rng.IntN(6)
+		var host []byte
+		grow := func(n int64, align int) uint64 { // room for n bytes after 64 bytes of gap
+			at := (len(host) + 64 + align - 1) / align * align
+			host = append(host, make([]byte, at+int(n)-len(host))...)
+			return uint64(at)
+		}
+		lps := make([]localPlan, n)
+		ha := make([]quantArgs, n)
+		members := make([]int32, n)
+		for i := range n {
+			dt := []layout.DType{layout.BF16, layout.FP16, layout.FP32}[rng.IntN(3)]
+			br, bc := []int64{1, 8, 128}[rng.IntN(3)], []int64{1, 8, 16, 128}[rng.IntN(4)]
+			size := []int64{1 + rng.Int64N(300), 1 + rng.Int64N(300)}
+			if round%2 == 0 { // the 128 x 128 kernels
+				dt, br, bc = []layout.DType{layout.BF16, layout.FP16}[round/2%2], 128, 128
+				size[1] = 128 * (1 + rng.Int64N(3))
+			}
+			elem := dt.Size()
+			sb := []int64{(size[0] + br - 1) / br, (size[1] + bc - 1) / bc}
+			src := grow(size[0]*size[1]*elem, 256)
+			for k := src; k < uint64(len(host)); k += uint64(elem) { // finite values
+				v := rng.Uint64() &^ (1 << (8*elem - 2))
+				var b [8]byte
+				binary.LittleEndian.PutUint64(b[:], v)
+				copy(host[k:], b[:elem])
+			}
+			dst := grow(size[0]*size[1], 256)
+			sc := grow(4*sb[0]*sb[1], 4)
+			sdt, _ := sdtCode(dt)
+			ha[i], lps[i].kernel = planQuantArrays(src, dst, sc, program.RowMajor(size), program.RowMajor(size), program.RowMajor(sb), size, br, bc, sdt, elem)
+			lps[i].kind = lpQuant
+			members[i] = int32(i)
+		}
+		base, err := g.alloc(dev, int64(len(host)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.upload(dev, base, host); err != nil {
+			t.Fatal(err)
+		}
+		for i := range lps {
+			lps[i].quant = ha[i]
+			lps[i].quant.Src += base
+			lps[i].quant.Dst += base
+			lps[i].quant.Scale += base
+		}
+		qs, rest := planQuantBatches(members, func(i int32) *localPlan { return &lps[i] })
+		var bufs []uint64
+		for _, q := range qs {
+			at, err := g.alloc(dev, int64(len(q.blob)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			bufs = append(bufs, at)
+			if err := g.upload(dev, at, q.blob); err != nil {
+				t.Fatal(err)
+			}
+			q.args.Args, q.args.Prefix = at, at+q.args.Prefix
+			if err := g.quantizeBatch(&q.args, q.kernel, round%3 == 0, st); err != nil {
+				t.Fatal(err)
+			}
+			launched[q.kernel+"_batch"]++
+		}
+		for _, i := range rest {
+			if err := g.quantize(&lps[i].quant, lps[i].kernel, false, st); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := g.sync(st); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len(host))
+		if err := g.download(dev, got, base); err != nil {
+			t.Fatal(err)
+		}
+		for i := range ha {
+			emulateQuant(host, ha[i])
+		}
+		bad := 0
+		for k := range host {
+			if host[k] != got[k] {
+				bad++
+			}
+		}
+		if bad > 0 {
+			t.Errorf("round %d: %d ops (%d batches, %d alone): %d bytes differ from the reference", round, n, len(qs), len(rest), bad)
+		}
+		for _, b := range append(bufs, base) {
+			g.free(dev, b)
+		}
+	}
+	if launched["quantize_e4m3_b128_bf16_batch"]+launched["quantize_e4m3_b128_fp16_batch"] == 0 || len(launched) < 3 {
+		t.Errorf("batch kernels launched: %v; want the 128 x 128 and generic ones", launched)
+	}
+	t.Logf("batch kernels launched: %v", launched)
+}
+
 // The 128 x 128 kernels' arithmetic (a reciprocal and residual
 // corrections instead of IEEE division) gives the bytes and scales of IEEE
 // division for every pair of 16-bit values a block can hold: every amax

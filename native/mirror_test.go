@@ -21,6 +21,7 @@ func TestKernelArgsMirrored(t *testing.T) {
 	mirrors := map[string]reflect.Type{
 		"BoxArgs": reflect.TypeOf(boxArgs{}), "BatchDesc": reflect.TypeOf(batchDesc{}), "BatchArgs": reflect.TypeOf(batchArgs{}),
 		"PatternArgs": reflect.TypeOf(patternArgs{}), "QuantArgs": reflect.TypeOf(quantArgs{}), "QuantCheckArgs": reflect.TypeOf(quantCheckArgs{}), "FlagArgs": reflect.TypeOf(flagArgs{}),
+		"QuantBatchArgs": reflect.TypeOf(quantBatchArgs{}),
 	}
 	src := kernels.Source
 	sized := map[string]bool{}

@@ -1,6 +1,8 @@
 package native
 
 import (
+	"bytes"
+	"encoding/binary"
 	"fmt"
 	"strings"
 
@@ -18,6 +20,68 @@ type quantArgs struct {
 	SrcStride                          [maxDims]int64
 	DstStride                          [maxDims]int64
 	ScaleStride                        [maxDims]int64
+}
+
+// quantBatchArgs mirrors struct QuantBatchArgs in kernels/copy.cu: the
+// device addresses of a batch's quantArgs and of their blocks' prefix
+// sums, how many ops, and their blocks in all.
+type quantBatchArgs struct {
+	Args, Prefix uint64
+	N, Blocks    int64
+}
+
+// quantBatch is one launch of a quantize kernel's batch form: the ops of
+// a batch step that run that kernel.
+type quantBatch struct {
+	kernel string // the ops' kernel; the launch is its _batch form
+	args   quantBatchArgs
+	blob   []byte // until uploaded: the quantArgs, then the prefix sums
+}
+
+// maxQuantBatchBlocks is the most quantization blocks one batch launch
+// runs: the 128 x 128 kernels count blocks in 32 bits.
+const maxQuantBatchBlocks = 1<<31 - 1
+
+// planQuantBatches splits the quantize ops of a batch step by kernel: each
+// kernel's ops, two or more, go in one launch of its batch form (their
+// arguments and block prefix sums in blob, addresses relative to the
+// blob's start until uploaded); the others are returned to run alone.
+func planQuantBatches(members []int32, lp func(int32) *localPlan) (qs []quantBatch, rest []int32) {
+	var kernels []string
+	by := map[string][]int32{}
+	for _, i := range members {
+		k := lp(i).kernel
+		if _, ok := by[k]; !ok {
+			kernels = append(kernels, k)
+		}
+		by[k] = append(by[k], i)
+	}
+	for _, k := range kernels {
+		ops := by[k]
+		var blocks int64
+		for _, i := range ops {
+			a := &lp(i).quant
+			blocks += a.Lead * a.NBR * a.NBC
+		}
+		if len(ops) < 2 || blocks > maxQuantBatchBlocks {
+			rest = append(rest, ops...)
+			continue
+		}
+		var buf bytes.Buffer
+		for _, i := range ops {
+			binary.Write(&buf, binary.LittleEndian, &lp(i).quant)
+		}
+		prefixAt := uint64(buf.Len())
+		var at int64
+		for _, i := range ops {
+			binary.Write(&buf, binary.LittleEndian, at)
+			a := &lp(i).quant
+			at += a.Lead * a.NBR * a.NBC
+		}
+		binary.Write(&buf, binary.LittleEndian, at)
+		qs = append(qs, quantBatch{kernel: k, args: quantBatchArgs{Prefix: prefixAt, N: int64(len(ops)), Blocks: at}, blob: buf.Bytes()})
+	}
+	return qs, rest
 }
 
 // quantCheckArgs mirrors struct QuantCheckArgs in kernels/copy.cu.

@@ -64,7 +64,7 @@ func quantSchedule(t *testing.T, rng *rand.Rand) *ir.Schedule {
 func TestExecutorQuantizeOnFake(t *testing.T) {
 	rng := rand.New(rand.NewPCG(51, 52))
 	kernels := map[string]int{}
-	checks := 0
+	checks, batched := 0, 0
 	for i := range 60 {
 		s := quantSchedule(t, rng)
 		for _, opt := range []Options{
@@ -84,10 +84,14 @@ func TestExecutorQuantizeOnFake(t *testing.T) {
 				kernels[k] += n
 			}
 			checks += g.quantChecks
+			batched += g.quantBatches
 		}
 	}
 	if kernels["quantize_e4m3_1"] == 0 || kernels["quantize_e4m3_4"]+kernels["quantize_e4m3_8"] == 0 || checks == 0 {
 		t.Errorf("quantize kernels %v, %d checks: want the scalar and a vector kernel, and checks", kernels, checks)
+	}
+	if batched == 0 {
+		t.Error("no quantizes ran as a batch")
 	}
 }
 

@@ -9,14 +9,17 @@ import (
 // MaxBatch is the most local ops one batch step holds.
 const MaxBatch = 1024
 
-// Batchable reports whether a local op can join a batch: copies, packs and
-// unpacks are all box copies, run by one kernel over a descriptor list; a
-// quantize has kernels of its own.
+// Batchable reports whether a local op can join a batch of box copies:
+// copies, packs and unpacks are all box copies, run by one kernel over a
+// descriptor list. Quantizes batch among themselves (a quantize kernel's
+// batch form runs many quantize ops' blocks in one launch).
 func Batchable(k ir.OpKind) bool { return k == ir.Copy || k == ir.Pack || k == ir.Unpack }
 
 // batchLocals joins runs of local box copies of one stream into batch
 // steps (Step.Batch), each issued as one kernel launch at the place of its
-// last member. An op joins its stream's open batch when
+// last member, and runs of quantizes the same way (a batch holds box
+// copies or quantizes, never both). An op joins its stream's open batch
+// when
 //   - it touches no byte a member writes, and writes no byte a member
 //     reads (the members run concurrently in one kernel);
 //   - every event it waits for was recorded before the batch's first
@@ -31,7 +34,7 @@ func Batchable(k ir.OpKind) bool { return k == ir.Copy || k == ir.Pack || k == i
 // and a batch closes when any later step waits for an event of one of its
 // members (a member's event is recorded only after the whole batch, and a
 // wait issued before its record would not wait), or when an op of another
-// kind runs on its stream.
+// kind (a box copy after quantizes, or the reverse) runs on its stream.
 func batchLocals(s *ir.Schedule, steps []Step, streams, events int, m Mode) []Step {
 	// recPos: the step after which each event is recorded; a transfer's in
 	// waves mode when its group ends.
@@ -42,6 +45,7 @@ func batchLocals(s *ir.Schedule, steps []Step, streams, events int, m Mode) []St
 		first   int
 		waitPos []int32
 		spans   []span
+		quant   bool // quantizes, not box copies
 	}
 	open := make([]*batch, streams)
 	owner := make([]int32, events) // event -> stream of the open batch that records it, or -1
@@ -81,7 +85,7 @@ func batchLocals(s *ir.Schedule, steps []Step, streams, events int, m Mode) []St
 		out.Waits = dedupe(out.Waits)
 		steps[last] = out
 	}
-	var sp [2]span
+	var sp [3]span
 	for k := range steps {
 		st := &steps[k]
 		waits := append(slices.Clip(st.Waits), st.RWaits...)
@@ -100,21 +104,27 @@ func batchLocals(s *ir.Schedule, steps []Step, streams, events int, m Mode) []St
 			continue
 		}
 		op := &s.Ops[st.Op]
-		if !Batchable(op.Kind) {
+		quant := op.Kind == ir.Quantize
+		if !Batchable(op.Kind) && !quant {
 			finish(st.Stream)
 			continue
 		}
 		sp[0], sp[1] = spanOf(s, op.Src, false), spanOf(s, op.Dst, true)
-		if b := open[st.Stream]; b != nil && !joins(b.members, b.first, b.waitPos, b.spans, sp[:], st.Waits, recPos) {
+		ops := sp[:2]
+		if quant { // it writes its scales too
+			sp[2] = spanOf(s, s.QuantScale[st.Op], true)
+			ops = sp[:3]
+		}
+		if b := open[st.Stream]; b != nil && (b.quant != quant || !joins(b.members, b.first, b.waitPos, b.spans, ops, st.Waits, recPos)) {
 			finish(st.Stream)
 		}
 		b := open[st.Stream]
 		if b == nil {
-			b = &batch{first: k}
+			b = &batch{first: k, quant: quant}
 			open[st.Stream] = b
 		}
 		b.members = append(b.members, k)
-		b.spans = append(b.spans, sp[0], sp[1])
+		b.spans = append(b.spans, ops...)
 		for _, e := range st.Waits {
 			b.waitPos = append(b.waitPos, recPos[e])
 		}

@@ -66,8 +66,10 @@ type Step struct {
 	Merged      []int32
 	Comm        int // Waves mode: the index of the device's communicator
 	// Batch lists the local ops of a batch step (Op is Batch[0]): copies,
-	// packs and unpacks of one stream that touch disjoint bytes, issued as
-	// one kernel over a descriptor list instead of a launch each. Waits is
+	// packs and unpacks, or quantizes, of one stream that touch disjoint
+	// bytes, issued as one kernel over a descriptor list instead of a
+	// launch each (quantizes of different kernels: one launch a kernel).
+	// Waits is
 	// the union of theirs; their events are recorded after the batch
 	// (Record, then More). Nil for a single op.
 	Batch []int32
