@@ -187,7 +187,14 @@ func batchable(a boxArgs, kernel string) (batchDesc, bool) {
 		return batchDesc{}, false
 	}
 	d := batchDesc{Box: a, Width: w}
-	if !strings.Contains(kernel, "long") {
+	// Short runs, and long ones of which a unit holds four or more, go
+	// several to a unit: a unit of one 8 KiB run gave each thread one load
+	// between binary searches, and a batch of them ran at 0.91 TB/s where
+	// the one-box kernel runs at 3.0 (BenchmarkGPUBatchCopy on an H200,
+	// docs/native.md). Longer runs stay a unit each: as runs, 32 KiB ones
+	// ran as fast on the whole GPU but slower beside NCCL (0.72 against
+	// 0.99 TB/s), 64 KiB ones slower on both.
+	if !strings.Contains(kernel, "long") || 4*a.RunBytes <= unitBytes {
 		d.Box.SegBytes, d.Box.SegsPerRun = a.RunBytes, 1
 		d.RunsPerUnit = max(1, unitBytes/max(a.RunBytes, 1))
 	}

@@ -408,3 +408,47 @@ func TestGPUProfileWithGraph(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkGPUBatchCopy: the batch kernel against the one-box kernels on
+// the same unpack: one box as a batch of 1 and of 64 pieces, on the whole
+// GPU and on the grid left beside NCCL (docs/native.md, "Batch steps").
+func BenchmarkGPUBatchCopy(b *testing.B) {
+	devs, err := Devices()
+	skipWithoutGPU(b, err)
+	dev := devs[0].Index
+	for _, c := range []struct {
+		name              string
+		full, start, size []int64
+	}{
+		{"8KiB-runs", []int64{32768, 8192}, []int64{0, 4096}, []int64{32768, 4096}}, // calibrate.BatchCase
+		{"2KiB-runs", []int64{65536, 4096}, []int64{0, 2048}, []int64{65536, 1024}},
+		{"16KiB-runs", []int64{16384, 16384}, []int64{0, 8192}, []int64{16384, 8192}},
+		{"32KiB-runs", []int64{8192, 32768}, []int64{0, 16384}, []int64{8192, 16384}},
+		{"48KiB-runs", []int64{8192, 32768}, []int64{0, 8192}, []int64{8192, 24576}},
+		{"64KiB-runs", []int64{4096, 65536}, []int64{0, 32768}, []int64{4096, 32768}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var line string
+			for b.Loop() {
+				bytes := 2 * 2 * layout.Box{Size: c.size}.Elems()
+				rate := func(ts []units.Time) float64 {
+					slices.Sort(ts)
+					return float64(bytes) / ts[len(ts)/2].Seconds() / 1e9
+				}
+				_, unpack, _, kernel, err := TimeBoxCopy(dev, c.full, c.start, c.size, 2, 10)
+				if err != nil {
+					b.Fatal(err)
+				}
+				line = fmt.Sprintf("batch %-10s one kernel (%s) %6.0f GB/s", c.name, kernel, rate(unpack))
+				for _, pieces := range []int{1, 64} {
+					whole, shared, err := TimeBatchCopy(dev, c.full, c.start, c.size, 2, pieces, 10)
+					if err != nil {
+						b.Fatal(err)
+					}
+					line += fmt.Sprintf("  batch of %d: %6.0f GB/s (beside NCCL %6.0f)", pieces, rate(whole), rate(shared))
+				}
+			}
+			fmt.Fprintln(os.Stderr, line)
+		})
+	}
+}
