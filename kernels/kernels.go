@@ -10,7 +10,9 @@
 //     warp per 4 KiB piece through shared memory, aligned 16-byte accesses
 //     on both sides.
 //   - box_copy_batch: many box copies in one launch, from a descriptor
-//     list in device memory (the executor's batch steps).
+//     list in device memory (the executor's batch steps); its blocks stride
+//     over the units (beside NCCL kernels), box_copy_batch_ranges' take a
+//     contiguous range each (on the whole GPU).
 //   - fill: write each element's pattern (a splitmix64 hash of its global
 //     index and tensor; the host executor's hostexec.Pattern), or its
 //     complement.
@@ -45,7 +47,7 @@ var Source string
 var Names = []string{
 	"box_copy_long_16", "box_copy_long_8", "box_copy_long_4", "box_copy_long_2", "box_copy_long_1",
 	"box_copy_short_16", "box_copy_short_8", "box_copy_short_4", "box_copy_short_2", "box_copy_short_1",
-	"box_copy_stage", "box_copy_batch", "fill", "verify",
+	"box_copy_stage", "box_copy_batch", "box_copy_batch_ranges", "fill", "verify",
 	"quantize_e4m3_1", "quantize_e4m3_4", "quantize_e4m3_8", "quantize_e4m3_b128_bf16", "quantize_e4m3_b128_fp16",
 	"quantize_e4m3_1_batch", "quantize_e4m3_4_batch", "quantize_e4m3_8_batch",
 	"quantize_e4m3_b128_bf16_batch", "quantize_e4m3_b128_fp16_batch",

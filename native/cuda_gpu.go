@@ -579,13 +579,13 @@ var batchBlocksShared = envInt("M2N_BATCH_BLOCKS", 32)
 
 func (g *cudaGPU) batchCopy(a *batchArgs, shared bool, st handle) error {
 	dev := g.owner[st]
-	blocks := int64(copyBlocksPer * g.sms[dev])
+	blocks, kernel := int64(copyBlocksPer*g.sms[dev]), "box_copy_batch_ranges"
 	if shared {
-		blocks = int64(batchBlocksShared)
+		blocks, kernel = int64(batchBlocksShared), "box_copy_batch"
 	}
 	grid := min(a.Units, blocks)
 	args := *a
-	return g.launch(dev, "box_copy_batch", int(max(grid, 1)), copyBlock, st, unsafe.Pointer(&args), unsafe.Sizeof(args), 0, 1)
+	return g.launch(dev, kernel, int(max(grid, 1)), copyBlock, st, unsafe.Pointer(&args), unsafe.Sizeof(args), 0, 1)
 }
 
 func (g *cudaGPU) fill(a *patternArgs, st handle) error {

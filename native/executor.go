@@ -174,9 +174,10 @@ type gpu interface {
 	// copyOn runs a contiguous copy's long-run box-copy kernel on at most
 	// blocks blocks, leaving the other SMs to a concurrent NCCL kernel.
 	copyOn(a *boxArgs, kernel string, blocks int, st handle) error
-	// batchCopy runs box_copy_batch: many box copies from descriptors in
-	// device memory; shared: leave most multiprocessors to a concurrent
-	// NCCL kernel (waves mode).
+	// batchCopy runs many box copies from descriptors in device memory:
+	// box_copy_batch_ranges on the whole GPU, or, shared, box_copy_batch
+	// on a few blocks, leaving most multiprocessors to a concurrent NCCL
+	// kernel (waves mode).
 	batchCopy(a *batchArgs, shared bool, st handle) error
 	// upload copies host bytes to device memory (before any iteration).
 	upload(dev int, dst uint64, b []byte) error
