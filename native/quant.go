@@ -38,48 +38,35 @@ type quantBatch struct {
 	blob   []byte // until uploaded: the quantArgs, then the prefix sums
 }
 
-// maxQuantBatchBlocks is the most quantization blocks one batch launch
-// runs: the 128 x 128 kernels count blocks in 32 bits.
-const maxQuantBatchBlocks = 1<<31 - 1
-
-// planQuantBatches splits the quantize ops of a batch step by kernel: each
-// kernel's ops, two or more, go in one launch of its batch form (their
-// arguments and block prefix sums in blob, addresses relative to the
-// blob's start until uploaded); the others are returned to run alone.
+// planQuantBatches splits the quantize ops of a batch step as
+// program.SplitQuantBatch does (the simulator's model reads the same
+// split): each kernel's ops, two or more, go in one launch of its batch
+// form (their arguments and block prefix sums in blob, addresses relative
+// to the blob's start until uploaded); the others are returned to run
+// alone.
 func planQuantBatches(members []int32, lp func(int32) *localPlan) (qs []quantBatch, rest []int32) {
-	var kernels []string
-	by := map[string][]int32{}
-	for _, i := range members {
-		k := lp(i).kernel
-		if _, ok := by[k]; !ok {
-			kernels = append(kernels, k)
-		}
-		by[k] = append(by[k], i)
+	kernels, blocks := make([]string, len(members)), make([]int64, len(members))
+	for j, i := range members {
+		a := &lp(i).quant
+		kernels[j], blocks[j] = lp(i).kernel, a.Lead*a.NBR*a.NBC
 	}
-	for _, k := range kernels {
-		ops := by[k]
-		var blocks int64
-		for _, i := range ops {
-			a := &lp(i).quant
-			blocks += a.Lead * a.NBR * a.NBC
-		}
-		if len(ops) < 2 || blocks > maxQuantBatchBlocks {
-			rest = append(rest, ops...)
-			continue
-		}
+	groups, alone := program.SplitQuantBatch(kernels, blocks)
+	for _, g := range groups {
 		var buf bytes.Buffer
-		for _, i := range ops {
-			binary.Write(&buf, binary.LittleEndian, &lp(i).quant)
+		for _, j := range g {
+			binary.Write(&buf, binary.LittleEndian, &lp(members[j]).quant)
 		}
 		prefixAt := uint64(buf.Len())
 		var at int64
-		for _, i := range ops {
+		for _, j := range g {
 			binary.Write(&buf, binary.LittleEndian, at)
-			a := &lp(i).quant
-			at += a.Lead * a.NBR * a.NBC
+			at += blocks[j]
 		}
 		binary.Write(&buf, binary.LittleEndian, at)
-		qs = append(qs, quantBatch{kernel: k, args: quantBatchArgs{Prefix: prefixAt, N: int64(len(ops)), Blocks: at}, blob: buf.Bytes()})
+		qs = append(qs, quantBatch{kernel: kernels[g[0]], args: quantBatchArgs{Prefix: prefixAt, N: int64(len(g)), Blocks: at}, blob: buf.Bytes()})
+	}
+	for _, j := range alone {
+		rest = append(rest, members[j])
 	}
 	return qs, rest
 }
@@ -170,6 +157,9 @@ func planQuantArrays(src, dst, scale uint64, sst, dstS, scS, size []int64, br, b
 // docs/native.md); most > 0 caps the thread blocks (beside NCCL kernels).
 func quantGrid(kernel string, nb int64, sms, most int) (threads int, grid int64) {
 	if strings.HasPrefix(kernel, "quantize_e4m3_b128_") {
+		if nb == 0 {
+			return 128, 1 // an empty box: one block, which returns
+		}
 		blocks := 2 * int64(sms)
 		if most > 0 {
 			blocks = min(blocks, int64(most))

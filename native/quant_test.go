@@ -204,9 +204,17 @@ func TestQuantKernelOfMatchesExecutor(t *testing.T) {
 			if s.Ops[i].Kind != ir.Quantize {
 				continue
 			}
-			_, kernel, err := x.planQuant(int32(i))
+			a, kernel, err := x.planQuant(int32(i))
 			if err != nil {
 				t.Fatal(err)
+			}
+			// Where every buffer is placed aligned, the model's name and
+			// blocks are the executor's: a batch splits alike
+			// (program.SplitQuantBatch).
+			if _, name, nb, err := program.QuantKernelNameOf(s, int32(i)); err != nil {
+				t.Fatal(err)
+			} else if k%3 != 2 && (name != kernel || nb != a.Lead*a.NBR*a.NBC) {
+				t.Fatalf("op %d (%s): QuantKernelNameOf says %s on %d blocks, the executor runs %s on %d", i, s.Route, name, nb, kernel, a.Lead*a.NBR*a.NBC)
 			}
 			want := program.QuantGeneric
 			if strings.HasPrefix(kernel, "quantize_e4m3_b128_") {

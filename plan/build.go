@@ -3,6 +3,7 @@ package plan
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"sync"
@@ -287,11 +288,10 @@ func (b *builder) project() {
 		return p + p/64
 	}
 	s := b.s
-	ops := proj(len(s.Ops))
-	if b.counted > 0 {
-		ops = int(b.counted) // exact
-	}
-	if ops > cap(s.Ops) {
+	// A route that counted its ops was allocated them up front (all but
+	// quantizes: those grow the pool as room says). No more ops than the
+	// limit lets add take.
+	if ops := min(proj(len(s.Ops)), int(min(b.maxOps, math.MaxInt32))); b.counted == 0 && ops > cap(s.Ops) {
 		s.Ops = growTo(s.Ops, ops)
 	}
 	if p := proj(len(s.DepPool)); p > cap(s.DepPool) {
@@ -350,7 +350,7 @@ type builder struct {
 	minAll, minDone int64
 	built           pools
 	projected       bool  // project has run
-	counted         int64 // the ops the route counted from the geometry, exactly; 0: not counted
+	counted         int64 // the ops the route counted from the geometry (all but quantizes); 0: not counted
 
 	// presetOut: outputs made before their tensor is routed, by (tensor,
 	// rank): a scale tensor's, written by its weight's quantize at the

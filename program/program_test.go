@@ -3,6 +3,7 @@ package program
 import (
 	"github.com/m2n-project/m2n/internal/schedtest"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 
 	"github.com/m2n-project/m2n/ir"
@@ -128,6 +129,28 @@ func TestPullable(t *testing.T) {
 	for route, want := range map[string]bool{plan.Flat: true, plan.Hierarchical: true, plan.AGBcast: false, plan.NemoLegacy: false} {
 		if err := Pullable(schedtest.TwoGPU(t, route, 4)); (err == nil) != want {
 			t.Errorf("%s: Pullable says %v, want pullable %v", route, err, want)
+		}
+	}
+}
+
+// A batch of quantizes splits by kernel: a kernel's ops, two or more and
+// within the block limit, share a launch in the order the kernels first
+// appear; the others run alone, in order.
+func TestSplitQuantBatch(t *testing.T) {
+	for _, c := range []struct {
+		kernels []string
+		blocks  []int64
+		groups  [][]int
+		alone   []int
+	}{
+		{[]string{"a", "b", "a", "c", "b"}, []int64{1, 2, 3, 4, 5}, [][]int{{0, 2}, {1, 4}}, []int{3}},
+		{[]string{"a"}, []int64{7}, nil, []int{0}},
+		{[]string{"a", "a", "b", "b"}, []int64{MaxQuantBatchBlocks, 1, 1, 0}, [][]int{{2, 3}}, []int{0, 1}},
+		{[]string{"a", "a"}, []int64{MaxQuantBatchBlocks - 1, 1}, [][]int{{0, 1}}, nil},
+	} {
+		groups, alone := SplitQuantBatch(c.kernels, c.blocks)
+		if !reflect.DeepEqual(groups, c.groups) || !reflect.DeepEqual(alone, c.alone) {
+			t.Errorf("SplitQuantBatch(%v, %v) = %v, %v; want %v, %v", c.kernels, c.blocks, groups, alone, c.groups, c.alone)
 		}
 	}
 }

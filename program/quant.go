@@ -67,15 +67,61 @@ func QuantKernelName(src, dst uint64, sst, dstS, size []int64, br, bc, elem int6
 // are as the caller allocated them, and an unaligned one may run the
 // generic kernel where this says the 128 x 128 one.
 func QuantKernelOf(s *ir.Schedule, i int32) (QuantKernel, error) {
+	k, _, _, err := QuantKernelNameOf(s, i)
+	return k, err
+}
+
+// QuantKernelNameOf is QuantKernelOf with the kernel's name and its
+// quantization blocks.
+func QuantKernelNameOf(s *ir.Schedule, i int32) (k QuantKernel, name string, blocks int64, err error) {
 	l, err := QuantLayoutOf(s, i)
 	if err != nil {
-		return 0, err
+		return 0, "", 0, err
 	}
 	// The staging arena starts aligned; its buffers need not.
 	src := l.Src + s.Buffers[l.Op.Src.Buf].Base()
 	dst := l.Dst + s.Buffers[l.Op.Dst.Buf].Base()
-	k, _ := QuantKernelName(uint64(src), uint64(dst), l.SrcStrides, l.DstStrides, l.Box.Size, l.BR, l.BC, l.Elem, l.Tensor.Src.DType == layout.BF16)
-	return k, nil
+	k, name = QuantKernelName(uint64(src), uint64(dst), l.SrcStrides, l.DstStrides, l.Box.Size, l.BR, l.BC, l.Elem, l.Tensor.Src.DType == layout.BF16)
+	nd := len(l.Box.Size)
+	blocks = (l.Box.Size[nd-2] + l.BR - 1) / l.BR * ((l.Box.Size[nd-1] + l.BC - 1) / l.BC)
+	for d := range nd - 2 {
+		blocks *= l.Box.Size[d]
+	}
+	return k, name, blocks, nil
+}
+
+// MaxQuantBatchBlocks is the most quantization blocks one launch of a
+// quantize kernel's batch form runs: the 128 x 128 kernels count blocks in
+// 32 bits.
+const MaxQuantBatchBlocks = 1<<31 - 1
+
+// SplitQuantBatch splits the quantize ops of a batch step, given each
+// one's kernel and quantization blocks, into the launches the executor
+// makes: the ops of a kernel with two or more of them (and at most
+// MaxQuantBatchBlocks blocks in all) as one launch of its batch form, in
+// the order the kernels first appear; the others alone, in order.
+func SplitQuantBatch(kernels []string, blocks []int64) (groups [][]int, alone []int) {
+	var names []string
+	by := map[string][]int{}
+	for i, k := range kernels {
+		if _, ok := by[k]; !ok {
+			names = append(names, k)
+		}
+		by[k] = append(by[k], i)
+	}
+	for _, k := range names {
+		ops := by[k]
+		var n int64
+		for _, i := range ops {
+			n += blocks[i]
+		}
+		if len(ops) < 2 || n > MaxQuantBatchBlocks {
+			alone = append(alone, ops...)
+			continue
+		}
+		groups = append(groups, ops)
+	}
+	return groups, alone
 }
 
 // QuantLayout is how a quantize op lays out what it reads and writes.

@@ -177,6 +177,20 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 			if members == nil {
 				members = []int32{st.Op}
 			}
+			if st.Batch != nil && op.Kind == ir.Quantize {
+				// A batch of quantizes is a launch per kernel's batch
+				// form and one per op alone (program.SplitQuantBatch).
+				kernels, blocks := make([]string, len(members)), make([]int64, len(members))
+				for j, o := range members {
+					_, name, nb, err := program.QuantKernelNameOf(s, o)
+					if err != nil {
+						return nil, fmt.Errorf("executor model: %w", err)
+					}
+					kernels[j], blocks[j] = name, nb
+				}
+				groups, alone := program.SplitQuantBatch(kernels, blocks)
+				clock[proc(d)] += units.Time(len(groups)+len(alone)-1) * costs.HostLaunch
+			}
 			// A batch is one kernel: its members start together after the
 			// stream's previous op and one launch latency, and share the
 			// GPU's memory as concurrent flows.
