@@ -5,10 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/m2n-project/m2n/model/scenario"
+	"github.com/m2n-project/m2n/internal/scentest"
 	"github.com/m2n-project/m2n/model/units"
 	"github.com/m2n-project/m2n/plan"
-	"github.com/m2n-project/m2n/scenarios"
 	"github.com/m2n-project/m2n/sim"
 )
 
@@ -17,16 +16,7 @@ import (
 // simulation early; so does a bound that fails; a panic there is the
 // caller's; and the record is the one Schedule gives with nothing beside.
 func TestScheduleBeside(t *testing.T) {
-	data, _ := scenarios.Lookup("paper-ffn-moe")
-	sc, err := scenario.ParseWith("paper-ffn-moe.toml", data, scenarios.LoadModel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ps, err := sc.Points()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := ps[0]
+	p := scentest.Points(t, "paper-ffn-moe")[0]
 	s, verify, err := plan.BuildDeferred(pointTensors(p), p.Topology, plan.Options{Route: plan.AGBcast})
 	if err != nil {
 		t.Fatal(err)

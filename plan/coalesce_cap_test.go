@@ -3,9 +3,8 @@ package plan
 import (
 	"testing"
 
+	"github.com/m2n-project/m2n/internal/scentest"
 	"github.com/m2n-project/m2n/ir"
-	"github.com/m2n-project/m2n/model/scenario"
-	"github.com/m2n-project/m2n/scenarios"
 )
 
 // Under a staging cap, a recv can depend on the pair's previous recv
@@ -15,16 +14,7 @@ import (
 // agbcast, was planned invalid (a recv overwrote a copy out it did not
 // wait for) until it did: found by the held-out calibration run.
 func TestCoalesceKeepsArenaReuse(t *testing.T) {
-	data, _ := scenarios.Lookup("qwen3-235b-128")
-	sc, err := scenario.ParseWith("qwen3-235b-128.toml", data, scenarios.LoadModel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ps, err := sc.Points()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := ps[0]
+	p := scentest.Points(t, "qwen3-235b-128")[0]
 	if err := p.Scale(0.002); err != nil {
 		t.Fatal(err)
 	}

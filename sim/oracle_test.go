@@ -8,8 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/m2n-project/m2n/internal/scentest"
 	"github.com/m2n-project/m2n/ir"
-	"github.com/m2n-project/m2n/model/scenario"
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/model/units"
 	"github.com/m2n-project/m2n/plan"
@@ -500,15 +500,7 @@ func TestSolverMatchesOraclesScenarios(t *testing.T) {
 	for _, name := range scenarios.Names() {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			data, _ := scenarios.Lookup(name)
-			sc, err := scenario.ParseWith(name+".toml", data, scenarios.LoadModel)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ps, err := sc.Points()
-			if err != nil {
-				t.Fatal(err)
-			}
+			ps := scentest.Points(t, name)
 			for i, p := range ps {
 				if len(p.Tensors) > 50 {
 					if i >= 2 {

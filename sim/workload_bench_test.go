@@ -3,28 +3,16 @@ package sim
 import (
 	"testing"
 
+	"github.com/m2n-project/m2n/internal/scentest"
 	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/scenario"
 	"github.com/m2n-project/m2n/plan"
-	"github.com/m2n-project/m2n/scenarios"
 )
 
 // workloadPoint loads a shipped whole-model scenario.
 func workloadPoint(b testing.TB, name string) (*scenario.Point, []ir.Tensor) {
 	b.Helper()
-	data, ok := scenarios.Lookup(name)
-	if !ok {
-		b.Fatalf("no scenario %s", name)
-	}
-	sc, err := scenario.ParseWith(name+".toml", data, scenarios.LoadModel)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ps, err := sc.Points()
-	if err != nil {
-		b.Fatal(err)
-	}
-	p := ps[0]
+	p := scentest.Points(b, name)[0]
 	ts := make([]ir.Tensor, len(p.Tensors))
 	for i, t := range p.Tensors {
 		ts[i] = ir.Tensor{Name: t.Name, Src: t.Src, Dst: t.Dst}
