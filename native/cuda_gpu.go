@@ -601,25 +601,25 @@ func (g *cudaGPU) fill(a *patternArgs, st handle) error {
 var quantBlocksShared = envInt("M2N_QUANT_BLOCKS", 0)
 
 func (g *cudaGPU) quantize(a *quantArgs, kernel string, shared bool, st handle) error {
-	dev := g.owner[st]
 	args := *a
-	most := 0
-	if shared {
-		most = quantBlocksShared
-	}
-	threads, grid := quantGrid(kernel, a.Lead*a.NBR*a.NBC, g.sms[dev], most)
-	return g.launch(dev, kernel, int(max(grid, 1)), threads, st, unsafe.Pointer(&args), unsafe.Sizeof(args), 0, 1)
+	return g.launchQuant(kernel, kernel, a.Lead*a.NBR*a.NBC, shared, st, unsafe.Pointer(&args), unsafe.Sizeof(args))
 }
 
 func (g *cudaGPU) quantizeBatch(a *quantBatchArgs, kernel string, shared bool, st handle) error {
-	dev := g.owner[st]
 	args := *a
+	return g.launchQuant(kernel, kernel+"_batch", a.Blocks, shared, st, unsafe.Pointer(&args), unsafe.Sizeof(args))
+}
+
+// launchQuant launches fn, a form of quantize kernel kernel, over nb
+// quantization blocks with kernel's geometry (quantGrid).
+func (g *cudaGPU) launchQuant(kernel, fn string, nb int64, shared bool, st handle, arg unsafe.Pointer, size uintptr) error {
+	dev := g.owner[st]
 	most := 0
 	if shared {
 		most = quantBlocksShared
 	}
-	threads, grid := quantGrid(kernel, a.Blocks, g.sms[dev], most)
-	return g.launch(dev, kernel+"_batch", int(max(grid, 1)), threads, st, unsafe.Pointer(&args), unsafe.Sizeof(args), 0, 1)
+	threads, grid := quantGrid(kernel, nb, g.sms[dev], most)
+	return g.launch(dev, fn, int(max(grid, 1)), threads, st, arg, size, 0, 1)
 }
 
 func (g *cudaGPU) verifyQuant(a *quantCheckArgs, st handle) (bad, first int64, err error) {

@@ -149,8 +149,8 @@ func (f *fakeGPU) batchCopy(a *batchArgs, shared bool, st handle) error {
 	if err := binary.Read(bytes.NewReader(f.mem[a.Desc:a.Prefix]), binary.LittleEndian, ds); err != nil {
 		return err
 	}
-	prefix := make([]int64, a.N+1)
-	if err := binary.Read(bytes.NewReader(f.mem[a.Prefix:a.Prefix+uint64(8*(a.N+1))]), binary.LittleEndian, prefix); err != nil {
+	prefix, err := f.prefixSums(a.Prefix, a.N)
+	if err != nil {
 		return err
 	}
 	if prefix[a.N] != a.Units {
@@ -169,6 +169,14 @@ func (f *fakeGPU) batchCopy(a *batchArgs, shared bool, st handle) error {
 	f.enqueue(st, fakeOp{run: func() { emulateBatch(f.mem, ds, perm) }})
 	return nil
 }
+
+// prefixSums reads the n+1 prefix sums a batch kernel reads at addr.
+func (f *fakeGPU) prefixSums(addr uint64, n int64) ([]int64, error) {
+	prefix := make([]int64, n+1)
+	err := binary.Read(bytes.NewReader(f.mem[addr:addr+uint64(8*(n+1))]), binary.LittleEndian, prefix)
+	return prefix, err
+}
+
 func (f *fakeGPU) upload(dev int, dst uint64, b []byte) error {
 	copy(f.mem[dst:], b)
 	return nil
@@ -239,8 +247,8 @@ func (f *fakeGPU) quantizeBatch(a *quantBatchArgs, kernel string, shared bool, s
 	if err := binary.Read(bytes.NewReader(f.mem[a.Args:a.Prefix]), binary.LittleEndian, as); err != nil {
 		return err
 	}
-	prefix := make([]int64, a.N+1)
-	if err := binary.Read(bytes.NewReader(f.mem[a.Prefix:a.Prefix+uint64(8*(a.N+1))]), binary.LittleEndian, prefix); err != nil {
+	prefix, err := f.prefixSums(a.Prefix, a.N)
+	if err != nil {
 		return err
 	}
 	for i, q := range as {

@@ -84,22 +84,21 @@ func runQuantCase(t *testing.T, g *cudaGPU, dev int, st handle, rng *rand.Rand, 
 	if err := g.quantize(&a, kernel, false, st); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.sync(st); err != nil {
-		t.Fatal(err)
-	}
-	got := make([]byte, len(host))
-	if err := g.download(dev, got, base); err != nil {
-		t.Fatal(err)
-	}
+	got := readBack(t, g, dev, st, base, len(host))
 	ha, _ := plan(0)
 	emulateQuant(host, ha)
-	bad := 0
-	for k := range host {
-		if host[k] != got[k] {
-			bad++
+	return kernel, diffBytes(host, got)
+}
+
+// diffBytes counts the bytes where a and b (of one length) differ.
+func diffBytes(a, b []byte) int {
+	n := 0
+	for k := range a {
+		if a[k] != b[k] {
+			n++
 		}
 	}
-	return kernel, bad
+	return n
 }
 
 // The quantize kernels against the reference quantizer on random boxes,
@@ -242,23 +241,11 @@ func TestGPUQuantizeBatch(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if err := g.sync(st); err != nil {
-			t.Fatal(err)
-		}
-		got := make([]byte, len(host))
-		if err := g.download(dev, got, base); err != nil {
-			t.Fatal(err)
-		}
+		got := readBack(t, g, dev, st, base, len(host))
 		for i := range ha {
 			emulateQuant(host, ha[i])
 		}
-		bad := 0
-		for k := range host {
-			if host[k] != got[k] {
-				bad++
-			}
-		}
-		if bad > 0 {
+		if bad := diffBytes(host, got); bad > 0 {
 			t.Errorf("round %d: %d ops (%d batches, %d alone): %d bytes differ from the reference", round, n, len(qs), len(rest), bad)
 		}
 		for _, b := range append(bufs, base) {

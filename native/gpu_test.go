@@ -215,6 +215,19 @@ func firstGPU(tb testing.TB) (*cudaGPU, int, handle) {
 	return g, dev, st
 }
 
+// readBack waits for st's work and returns the n bytes at base on dev.
+func readBack(tb testing.TB, g *cudaGPU, dev int, st handle, base uint64, n int) []byte {
+	tb.Helper()
+	if err := g.sync(st); err != nil {
+		tb.Fatal(err)
+	}
+	got := make([]byte, n)
+	if err := g.download(dev, got, base); err != nil {
+		tb.Fatal(err)
+	}
+	return got
+}
+
 // medianOf10 returns a function that times f on stream st: the median
 // device time of ten runs after a warm-up.
 func medianOf10(b *testing.B, g *cudaGPU, st handle) func(f func() error) units.Time {
@@ -278,13 +291,7 @@ func TestGPUBoxCopyKernels(t *testing.T) {
 		if err := g.boxCopy(&a, kernel, st); err != nil {
 			t.Fatal(err)
 		}
-		if err := g.sync(st); err != nil {
-			t.Fatal(err)
-		}
-		got := make([]byte, len(host))
-		if err := g.download(dev, got, base); err != nil {
-			t.Fatal(err)
-		}
+		got := readBack(t, g, dev, st, base, len(host))
 		ha, _, _ := planBoxCopy(view{srcOff, srcFull, srcStart}, view{dstOff, dstFull, dstStart}, size, elem)
 		emulateBoxCopy(host, ha)
 		if string(got) != string(host) {

@@ -283,8 +283,7 @@ func (b *builder) build(tensors []ir.Tensor, entries map[int]entry) (err error) 
 func (b *builder) project() {
 	b.projected = true
 	proj := func(n int) int {
-		rest := float64(b.minAll-b.minDone) * float64(n) / float64(b.minDone)
-		p := n + int(rest)
+		p := n + b.rest(n)
 		return p + p/64
 	}
 	s := b.s
@@ -416,12 +415,18 @@ type pools struct{ ops, deps, boxes int }
 // of hundreds of MB and left up to half of them unused.
 func (b *builder) room(n, extra, built int) int {
 	if b.minDone > 0 && built > 0 {
-		rest := float64(b.minAll-b.minDone) * float64(built) / float64(b.minDone)
-		if p := n + int(rest); p >= n+extra+n/64 {
+		if p := n + b.rest(built); p >= n+extra+n/64 {
 			return p + p/64
 		}
 	}
 	return n + max(extra, n, 1024)
+}
+
+// rest is how many more elements a pool will take for the tensors not
+// yet built, given the built elements of the tensors done: the same per
+// unit of minOps (minDone > 0).
+func (b *builder) rest(built int) int {
+	return int(float64(b.minAll-b.minDone) * float64(built) / float64(b.minDone))
 }
 
 // growTo returns a copy of s with capacity for n elements.
