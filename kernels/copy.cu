@@ -246,8 +246,8 @@ extern "C" __global__ void box_copy_batch(BatchArgs b) {
 // box_copy_batch_ranges is box_copy_batch with each block taking a
 // contiguous range of the units: one binary search a block, then it walks
 // on. On the whole GPU (streams mode) a batch of 64 boxes ran 15-44%
-// faster so; beside NCCL kernels whole models ran 2-8% slower with it
-// (docs/native.md), so waves mode keeps the striding kernel.
+// faster so; beside NCCL kernels most whole models ran 1.8-8.1% slower
+// with it (docs/native.md), so waves mode keeps the striding kernel.
 extern "C" __global__ void box_copy_batch_ranges(BatchArgs b) {
     const BatchDesc* D = (const BatchDesc*)b.desc;
     const i64* P = (const i64*)b.prefix;
