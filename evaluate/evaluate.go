@@ -49,6 +49,10 @@ type Record struct {
 	// ModeledHostIssue is the host's time to issue the schedule in the
 	// executor model (topo.Executor); 0 without one.
 	ModeledHostIssue units.Time
+	// ModeledGroupEnds is, with Options.Sim.GroupEnds, when each NCCL group
+	// of the executor model ended on the first GPU taking part in it
+	// (sim.Result.GroupEnds): the model of Run.GroupEnds.
+	ModeledGroupEnds []units.Time
 	Ops              int // ops of the schedule
 	Flows            int // flows simulated
 	// FlowClasses is the classes of flows alike the simulator ran one flow
@@ -460,7 +464,7 @@ func simulate(s *ir.Schedule, tp *topo.Topology, opt Options, rec *Record, sol f
 		rec.ModeledOn += ", executor model " + rec.ExecutorModel
 	}
 	rec.Modeled, rec.Flows, rec.FlowClasses, rec.Events = res.Makespan, res.Flows, res.FlowClasses, res.Events
-	rec.ModeledHostIssue = res.HostIssue
+	rec.ModeledHostIssue, rec.ModeledGroupEnds = res.HostIssue, res.GroupEnds
 	rec.Bottleneck = res.Bottleneck
 	rec.Resources = sim.ByClass(res.Resources)
 	return res, nil

@@ -66,6 +66,9 @@ func RecordsFromJSON(data []byte, scenarioName string, points []*scenario.Point)
 		r := Row{Route: j.Route, Point: p, Ideal: j.Ideal, UniqueBytes: j.UniqueBytes, SOL: ps(j.SOLSeconds), SOLTerm: j.SOLTerm,
 			Modeled: ps(j.Modeled), ModeledHostIssue: ps(j.HostIssue), Ops: j.Ops, Flows: j.Flows, Events: j.Events,
 			TensorClasses: j.TensorClasses, Models: j.Models}
+		for _, ge := range j.GroupEnds {
+			r.ModeledGroupEnds = append(r.ModeledGroupEnds, ps(ge))
+		}
 		r.Bottleneck = sim.ResourceStat{Resource: sim.Resource{Name: j.Bottleneck.Resource, Class: j.Bottleneck.Class}, Utilization: j.Bottleneck.Utilization}
 		for _, c := range j.Resources {
 			r.Resources = append(r.Resources, sim.ResourceStat{Resource: sim.Resource{Name: c.Class, Class: c.Class, GPU: -1, Domain: -1},

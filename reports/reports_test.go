@@ -3,6 +3,7 @@ package reports
 import (
 	"bytes"
 	"encoding/csv"
+	"encoding/json"
 	"encoding/xml"
 	"errors"
 	"flag"
@@ -18,6 +19,7 @@ import (
 
 	"gonum.org/v1/plot/vg"
 
+	"github.com/m2n-project/m2n/evaluate"
 	"github.com/m2n-project/m2n/model/scenario"
 	"github.com/m2n-project/m2n/model/units"
 	"github.com/m2n-project/m2n/sim"
@@ -557,5 +559,31 @@ func TestDoublingAxis(t *testing.T) {
 		if got := doubling(c.xs); got != c.want {
 			t.Errorf("doubling(%v) = %v, want %v", c.xs, got, c.want)
 		}
+	}
+}
+
+// A profiled run prints the model's end of each NCCL group beside the
+// measured one, with the error of each group's length, in text and JSON.
+func TestRunProfileGroupEnds(t *testing.T) {
+	ms := units.Millisecond
+	row := Row{Route: "flat", Modeled: 3 * ms, ModeledGroupEnds: []units.Time{1 * ms, 3 * ms}, Run: &evaluate.Run{
+		Backend: "nccl", Launch: "one-process", Times: []units.Time{4 * ms}, Verified: true, Groups: 2,
+		StreamEnds: []evaluate.StreamEnd{{Device: 0, Stream: "nccl 0", End: 4 * ms}},
+		GroupEnds:  []units.Time{2 * ms, 4 * ms},
+	}}
+	var b strings.Builder
+	if err := WriteRunTable(&b, "s", "nccl", []Row{row}); err != nil {
+		t.Fatal(err)
+	}
+	// group 0: 1 ms modeled against 2 ms; group 1: 2 ms against 2 ms.
+	if want := "modeled (error of each group's length): 1.00 ms (-50.0%) 3.00 ms (+0.0%)"; !strings.Contains(b.String(), want) {
+		t.Errorf("the profile lacks %q:\n%s", want, b.String())
+	}
+	raw, err := json.Marshal(RunJSON("s", []Row{row}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `"group_ends_s":[0.002,0.004],"modeled_group_ends_s":[0.001,0.003]`; !strings.Contains(string(raw), want) {
+		t.Errorf("the JSON lacks %s: %s", want, raw)
 	}
 }

@@ -40,10 +40,11 @@ type runRecord struct {
 	PeakDevice   int64          `json:"peak_device_bytes"`
 	Staging      int64          `json:"staging_bytes"`
 	Iterations   int            `json:"iterations"`
-	StreamEnds   []streamEnd    `json:"stream_ends,omitempty"`   // with --profile
-	GroupEnds    []float64      `json:"group_ends_s,omitempty"`  // with --profile, NCCL groups
-	ProfileError string         `json:"profile_error,omitempty"` // with --profile, why there is no profile
-	Error        string         `json:"error,omitempty"`         // why the run did not happen, or could not be modeled
+	StreamEnds   []streamEnd    `json:"stream_ends,omitempty"`          // with --profile
+	GroupEnds    []float64      `json:"group_ends_s,omitempty"`         // with --profile, NCCL groups
+	ModelGroups  []float64      `json:"modeled_group_ends_s,omitempty"` // with --profile, the model's
+	ProfileError string         `json:"profile_error,omitempty"`        // with --profile, why there is no profile
+	Error        string         `json:"error,omitempty"`                // why the run did not happen, or could not be modeled
 }
 
 // streamEnd is when one GPU stream finished its part of an iteration.
@@ -80,6 +81,9 @@ func runJSON(r *Row) runRecord {
 	rec.UniqueBytes, rec.Modeled, rec.ModeledOn, rec.SOL = r.UniqueBytes, r.Modeled.Seconds(), r.ModeledOn, r.SOL.Seconds()
 	rec.ModelError = r.RunError()
 	rec.ModelIssue = r.ModeledHostIssue.Seconds()
+	for _, ge := range r.ModeledGroupEnds {
+		rec.ModelGroups = append(rec.ModelGroups, ge.Seconds())
+	}
 	return rec
 }
 
@@ -158,6 +162,32 @@ func writeProfiles(w io.Writer, rows []Row) error {
 			}
 			fmt.Fprintln(w)
 		}
+		if len(r.ModeledGroupEnds) > 0 {
+			fmt.Fprint(w, "modeled (error of each group's length):")
+			for k, ge := range r.ModeledGroupEnds {
+				fmt.Fprintf(w, " %s", ge)
+				if k < len(run.GroupEnds) {
+					fmt.Fprintf(w, " (%s)", groupError(r.ModeledGroupEnds, run.GroupEnds, k))
+				}
+			}
+			fmt.Fprintln(w)
+		}
 	}
 	return nil
+}
+
+// groupError is the model's error on group k's length (its end less the
+// previous group's): modeled / measured - 1, as a signed percentage.
+func groupError(modeled, measured []units.Time, k int) string {
+	length := func(ends []units.Time) units.Time {
+		if k == 0 {
+			return ends[0]
+		}
+		return ends[k] - ends[k-1]
+	}
+	m := length(measured)
+	if m <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%+.1f%%", (length(modeled).Seconds()/m.Seconds()-1)*100)
 }

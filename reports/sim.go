@@ -25,6 +25,7 @@ type simRecord struct {
 	SOLTerm       string           `json:"sol_term"`
 	Modeled       float64          `json:"modeled_s"`
 	HostIssue     float64          `json:"modeled_host_issue_s,omitempty"` // the executor model's host issue time
+	GroupEnds     []float64        `json:"modeled_group_ends_s,omitempty"` // with --group-ends: each NCCL group's end on its first GPU
 	Ratio         float64          `json:"modeled_over_sol"`
 	Bottleneck    bottleneckJSON   `json:"bottleneck"`
 	Measured      *float64         `json:"measured_s,omitempty"`
@@ -64,6 +65,9 @@ func simJSON(r *Row) simRecord {
 		Ops:        r.Ops, Flows: r.Flows, FlowClasses: r.FlowClasses, Events: r.Events, TensorClasses: r.TensorClasses,
 		HostIssue: r.ModeledHostIssue.Seconds(),
 		Models:    r.Models, Excludes: evaluate.Excludes, Memory: memJSON(r.Memory),
+	}
+	for _, ge := range r.ModeledGroupEnds {
+		j.GroupEnds = append(j.GroupEnds, ge.Seconds())
 	}
 	if f := r.Framework; f != nil {
 		j.Framework = &frameworkJSON{f.Export.Seconds(), f.Load.Seconds(), (f.Export + r.Modeled + f.Load).Seconds()}

@@ -40,6 +40,11 @@ type Options struct {
 	// result (symmetry.go); the result is the same, bit for bit, slower.
 	// Symmetry is never used when Timeline or Flows is set.
 	NoSymmetry bool
+	// GroupEnds records, when the executor model runs an NCCL program,
+	// when each NCCL group ended on the first GPU taking part in it
+	// (Result.GroupEnds), as m2n run --profile measures it. It turns
+	// symmetry off.
+	GroupEnds bool
 	// Progress, if set, is told how far the simulation has come: once
 	// before the first event, then every 4096 batches of
 	// simultaneous events, and once at the end. Its reports are monotone
@@ -133,6 +138,11 @@ type Result struct {
 	// simulation modeled the executor (topo.Executor); else 0.
 	Groups    int
 	HostIssue units.Time
+	// GroupEnds is, with Options.GroupEnds, when each NCCL group of the
+	// executor's program ended on the first GPU taking part in it: its
+	// kernel's end there (after its last transfer on that GPU and the
+	// group's own latency), from the iteration's start.
+	GroupEnds []units.Time
 	// FlowClasses is the flows the engine ran when it used the schedule's
 	// symmetry (one per class of flows alike, Options.NoSymmetry); 0 when
 	// it ran every flow.

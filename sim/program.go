@@ -37,6 +37,9 @@ type modeled struct {
 	// hostIssue is the host's time to issue everything: the busiest
 	// process's.
 	hostIssue units.Time
+	// groupEnd is, per NCCL group, the barrier that ends it on the stream
+	// of the first GPU taking part in it.
+	groupEnd []int32
 }
 
 // model compiles the executor's program of s and rewrites s as it runs.
@@ -392,10 +395,17 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 			// The next group on a stream starts after this one's kernel
 			// ends there: a barrier per stream, after every transfer of the
 			// group on it and the kernel's own cost.
+			first, firstDev := int32(-1), 0
 			for _, stream := range slices.Sorted(maps.Keys(onStream)) {
 				ops := onStream[stream]
 				bar := ir.Op{Kind: ir.Copy, Rank: m.s.Ops[ops[0]].Rank, Peer: -1, Match: -1}
 				barrier[stream] = add(bar, 0, costs.GroupLatency, 0, ops)
+				if d := p.Streams[stream].Dev; first < 0 || d < firstDev {
+					first, firstDev = barrier[stream], d
+				}
+			}
+			if first >= 0 {
+				m.groupEnd = append(m.groupEnd, first)
 			}
 		}
 	}
@@ -432,9 +442,25 @@ func runProgram(s *ir.Schedule, tp *topo.Topology, opt Options, eng engineFunc) 
 			opt.FlowCap[k] = c
 		}
 	}
+	asked := opt
+	if opt.GroupEnds && len(m.groupEnd) > 0 {
+		// The barriers' ends, from the timeline (which turns symmetry off).
+		opt.Timeline = true
+	}
 	r, err := eng(m.s, tp, opt, &opCosts{rel: m.rel, lat: m.lat, coef: m.coef})
 	if err != nil {
 		return nil, err
+	}
+	if opt.GroupEnds && opt.Timeline {
+		for _, b := range m.groupEnd {
+			r.GroupEnds = append(r.GroupEnds, r.Ops[b].End)
+		}
+		if !asked.Timeline {
+			r.Ops = nil
+			if !asked.Flows {
+				r.FlowOf, r.FlowRes, r.FlowCoef, r.FlowLat, r.FlowOps = nil, nil, nil, nil, nil
+			}
+		}
 	}
 	// The flows, spans and ops of the result are the modeled schedule's.
 	r.Modeled = m.s

@@ -165,3 +165,48 @@ func TestProgramModelConserves(t *testing.T) {
 		}
 	}
 }
+
+// Each NCCL group's modeled end (Options.GroupEnds): one per group, in
+// order, the last at the makespan; a per-group cost c moves group k's end
+// by exactly (k+1) x c; and asking for them changes nothing else.
+func TestGroupEnds(t *testing.T) {
+	for _, w := range []int{1, 3, 17} {
+		s := pingPong(w, 1<<20)
+		const c = 11 * units.Microsecond
+		var ends [2][]units.Time
+		for i, costs := range []topo.ExecCosts{{XferLatency: c}, {XferLatency: c, GroupLatency: c}} {
+			plain, err := Run(s, h200(costs), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := Run(s, h200(costs), Options{GroupEnds: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if plain.GroupEnds != nil {
+				t.Errorf("w=%d: group ends %v without asking", w, plain.GroupEnds)
+			}
+			if r.Makespan != plain.Makespan || r.Events != plain.Events || r.Ops != nil || r.FlowOf != nil {
+				t.Errorf("w=%d: asking for group ends changed the result: makespan %v against %v, events %d against %d, ops %d, flows %d",
+					w, r.Makespan, plain.Makespan, r.Events, plain.Events, len(r.Ops), len(r.FlowOf))
+			}
+			if len(r.GroupEnds) != w {
+				t.Fatalf("w=%d: %d group ends, want %d", w, len(r.GroupEnds), w)
+			}
+			for k := 1; k < w; k++ {
+				if r.GroupEnds[k] <= r.GroupEnds[k-1] {
+					t.Errorf("w=%d: group %d ends at %v, not after group %d (%v)", w, k, r.GroupEnds[k], k-1, r.GroupEnds[k-1])
+				}
+			}
+			if last := r.GroupEnds[w-1]; last != r.Makespan {
+				t.Errorf("w=%d: the last group ends at %v, the makespan is %v", w, last, r.Makespan)
+			}
+			ends[i] = r.GroupEnds
+		}
+		for k := range w {
+			if got, want := ends[1][k]-ends[0][k], units.Time(k+1)*c; got != want {
+				t.Errorf("w=%d: a group cost of %v moved group %d's end by %v, want %v", w, c, k, got, want)
+			}
+		}
+	}
+}

@@ -175,6 +175,8 @@ process per GPU under torchrun, srun or mpirun.`)
 	// The model runs the same settings (auto, until the run resolves it,
 	// modeled as NCCL).
 	eopt.Sim.Exec = opt.Settings
+	// A profile's NCCL groups, modeled beside the measured ones.
+	eopt.Sim.GroupEnds = *profile
 	// The run happens on this machine: its measured rates, latencies and
 	// executor costs, on the scenario's shape (domains, placement).
 	eopt.Machine = measured

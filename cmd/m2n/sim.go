@@ -32,6 +32,7 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 	recommend := fs.Bool("recommend", false, "also print, per point, the fastest route (and staging cap or chunk, where the scenario sweeps them) that fits in the GPUs' memory, and why each other loses")
 	loopback := fs.Bool("loopback", false, "with --model: every rank on one GPU of the machine, as m2n run --backend loopback runs it")
 	execName := fs.String("executor", "", "model each route as m2n's GPU executor runs it, with the executor costs of this measured preset (name or file) on the scenario's own rates")
+	groupEnds := fs.Bool("group-ends", false, "with --model and NCCL: also report when each NCCL group of the executor ends on the first GPU in it, as m2n run --profile measures it (turns symmetry off)")
 	symmetry := fs.Bool("symmetry", true, "simulate one flow per class of flows that the schedule's symmetry makes alike, and expand the result (the same to the bit; false simulates every flow, to check that)")
 	workers := jobsFlag(fs)
 	var sel selection
@@ -52,7 +53,7 @@ With --ir FILE, simulate a schedule read from a file on a --topology preset.`)
 	if err != nil {
 		return err
 	}
-	opt := sim.Options{Ideal: *ideal, Timeline: *trace != "", Flows: *flowsOut != "", NoSymmetry: !*symmetry}
+	opt := sim.Options{Ideal: *ideal, Timeline: *trace != "", Flows: *flowsOut != "", NoSymmetry: !*symmetry, GroupEnds: *groupEnds}
 	var machine *topo.Topology
 	if *modelName != "" {
 		if machine, err = loadPreset(*modelName); err != nil {
