@@ -52,10 +52,11 @@ func TestParseMinimal(t *testing.T) {
 func TestShippedScenariosParse(t *testing.T) {
 	files, _ := filepath.Glob("../../scenarios/*.toml")
 	examples, _ := filepath.Glob("../../examples/*.toml") // the README's
-	if len(files) == 0 || len(examples) == 0 {
+	benches, _ := filepath.Glob("../../scripts/mechanisms/*.toml")
+	if len(files) == 0 || len(examples) == 0 || len(benches) == 0 {
 		t.Fatal("no scenarios found")
 	}
-	files = append(files, examples...)
+	files = append(append(files, examples...), benches...)
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
