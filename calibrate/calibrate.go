@@ -27,6 +27,8 @@ type Bench struct {
 	// NoBatch: the executor launches every local op on its own (no batch
 	// steps), as the benches of a launch's and an event's cost need.
 	NoBatch bool
+	// Profile times each NCCL group's end too (Sample.GroupEnd).
+	Profile bool
 	What    string // what it measures, for the report
 }
 
@@ -35,6 +37,9 @@ type Sample struct {
 	Times     []units.Time // timed iterations, sorted ascending
 	HostIssue units.Time   // the host's time to issue one iteration (median)
 	Groups    int          // NCCL groups an iteration issued
+	// GroupEnd is, for a profiled bench, when its first NCCL group ended
+	// on the first GPU (median), from the iteration's start; 0 otherwise.
+	GroupEnd units.Time
 }
 
 // Median is the sample's median time.
@@ -94,6 +99,9 @@ const (
 	opsCount    = 64
 	opsBytes    = 256 << 10
 	allBytes    = 256 << 20
+	// allBigBytes is the larger size of the duplex benches: with
+	// allBytes, the duplex rate is a slope.
+	allBigBytes = 1 << 30
 )
 
 // PairSizes are the sizes of the one-pair sweep.
@@ -236,6 +244,16 @@ func Benches(gpus int) ([]Bench, error) {
 	if err := add(Bench{Name: "all-pairs", GPUs: 2, Transport: "nccl", WaveBytes: -1,
 		What: "GPU 0 -> 1 and 1 -> 0 at once, 256 MiB each: NCCL's send plus receive rate per GPU"},
 		[]ir.Tensor{tensor("a", allBytes, 0, 1), tensor("b", allBytes, 1, 0)}, allBytes); err != nil {
+		return nil, err
+	}
+	if err := add(Bench{Name: "all-pairs-1GiB", GPUs: 2, Transport: "nccl", WaveBytes: -1,
+		What: "the same, 1 GiB each way: with all-pairs, NCCL's duplex rate as a slope and its start"},
+		[]ir.Tensor{tensor("a", allBigBytes, 0, 1), tensor("b", allBigBytes, 1, 0)}, allBigBytes); err != nil {
+		return nil, err
+	}
+	if err := add(Bench{Name: "beside", GPUs: 2, Transport: "nccl", WaveBytes: -1, Profile: true,
+		What: "all-pairs beside a 1 GiB local copy on each GPU: NCCL's share of its rate beside a kernel, and the copy's rate on the blocks it is given"},
+		[]ir.Tensor{tensor("a", allBytes, 0, 1), tensor("b", allBytes, 1, 0), tensor("c0", copyBytes, 0, 0), tensor("c1", copyBytes, 1, 1)}, copyBytes); err != nil {
 		return nil, err
 	}
 	if err := add(Bench{Name: "peer-all-pairs", GPUs: 2, Transport: "copy",

@@ -21,11 +21,11 @@ func truth() *topo.Topology {
 	t.Memory = units.GBps(4200)
 	t.LatencyLocal = 2500 * units.Nanosecond
 	t.NVLink, t.NIC, t.NICLine = units.GBps(350), units.GBps(350), units.GBps(450)
-	t.Executor = topo.Executor{PackLong: 0.88, PackShort: 0.8, PackStage: 0.65, Quantize: 0.3, QuantizeGeneric: 0.12, BatchShared: 0.27}
-	t.Executor.Costs[topo.OneProcess] = topo.ExecCosts{PairRate: units.GBps(365), DuplexRate: units.GBps(610), XferLatency: 6 * units.Microsecond,
+	t.Executor = topo.Executor{PackLong: 0.88, PackShort: 0.8, PackStage: 0.65, Quantize: 0.3, QuantizeGeneric: 0.12, BatchShared: 0.27, CopyShared: 0.26, NCCLBeside: 0.85}
+	t.Executor.Costs[topo.OneProcess] = topo.ExecCosts{PairRate: units.GBps(365), DuplexRate: units.GBps(610), DuplexStart: 120 * units.Microsecond, XferLatency: 6 * units.Microsecond,
 		GroupLatency: 4 * units.Microsecond, HostGroup: 5 * units.Microsecond, HostXfer: 2 * units.Microsecond, HostLaunch: 3 * units.Microsecond, HostEvent: 900 * units.Nanosecond,
 		StartLatency: 20 * units.Microsecond, BoxLatency: 2 * units.Microsecond, Ramp: []topo.RampPoint{{Bytes: 8 << 20}, {Bytes: 32 << 20, Extra: 9 * units.Microsecond}, {Bytes: 64 << 20, Extra: 25 * units.Microsecond}}}
-	t.Executor.Costs[topo.PerGPU] = topo.ExecCosts{PairRate: units.GBps(360), DuplexRate: units.GBps(640), XferLatency: 9 * units.Microsecond,
+	t.Executor.Costs[topo.PerGPU] = topo.ExecCosts{PairRate: units.GBps(360), DuplexRate: units.GBps(640), DuplexStart: 90 * units.Microsecond, XferLatency: 9 * units.Microsecond,
 		GroupLatency: 7 * units.Microsecond, HostGroup: 8 * units.Microsecond, HostXfer: 1 * units.Microsecond, HostLaunch: 4 * units.Microsecond, HostEvent: 1200 * units.Nanosecond,
 		StartLatency: 30 * units.Microsecond, BoxLatency: 3 * units.Microsecond, CopyRate: units.GBps(330), Ramp: []topo.RampPoint{{Bytes: 8 << 20}, {Bytes: 32 << 20, Extra: 15 * units.Microsecond}, {Bytes: 64 << 20, Extra: 20 * units.Microsecond}}}
 	return t
@@ -51,12 +51,20 @@ func measureOn(t *testing.T, tp *topo.Topology, launch topo.Launch, gpus int) In
 		in.GPUsPerProcess = 1
 	}
 	for _, b := range bs {
-		o := sim.Options{Loopback: b.GPUs == 1, Exec: sim.Exec{Launch: launch, Transport: b.Transport, Graph: b.Graph, WaveBytes: b.WaveBytes, NoBatch: b.NoBatch}}
+		o := sim.Options{Loopback: b.GPUs == 1, Exec: sim.Exec{Launch: launch, Transport: b.Transport, Graph: b.Graph, WaveBytes: b.WaveBytes, NoBatch: b.NoBatch}, GroupEnds: b.Profile}
 		r, err := sim.Run(b.Schedule, tp, o)
 		if err != nil {
 			t.Fatalf("%s: %v", b.Name, err)
 		}
 		in.Samples[b.Name] = Sample{Times: []units.Time{r.Makespan}, HostIssue: r.HostIssue, Groups: r.Groups}
+		if b.Profile {
+			if len(r.GroupEnds) == 0 {
+				t.Fatalf("%s: the model timed no group", b.Name)
+			}
+			s := in.Samples[b.Name]
+			s.GroupEnd = r.GroupEnds[0]
+			in.Samples[b.Name] = s
+		}
 		if in.Counts[b.Name], err = HostCounts(&b, launch); err != nil {
 			t.Fatal(err)
 		}
@@ -110,6 +118,9 @@ func TestFitRecoversTheModel(t *testing.T) {
 		}
 		near("memory", float64(f.Memory), float64(tp.Memory), 0.01)
 		near("duplex_rate", float64(f.Costs.DuplexRate), float64(want.DuplexRate), 0.01)
+		near("duplex_start", float64(f.Costs.DuplexStart), float64(want.DuplexStart), 0.05)
+		near("nccl_beside", f.NCCLBeside, tp.Executor.NCCLBeside, 0.01)
+		near("copy_shared", f.CopyShared, tp.Executor.CopyShared, 0.02)
 		near("latency_local", float64(f.LatencyLocal), float64(tp.LatencyLocal), 0.02)
 		// Copies between GPUs run at the launch mode's copy rate where it
 		// has one (CUDA IPC per GPU), else at the link's.

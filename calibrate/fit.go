@@ -25,6 +25,8 @@ type Fit struct {
 	Quantize     float64
 	QuantGeneric float64 // 0: not measured
 	BatchShared  float64 // 0: not measured
+	CopyShared   float64 // 0: not measured (no beside bench)
+	NCCLBeside   float64 // 0: not measured (no beside bench)
 	// Costs are the launch mode's executor costs.
 	Costs topo.ExecCosts
 	// Measurements say where each constant comes from.
@@ -267,12 +269,56 @@ func fitting(in Input) (*Fit, error) {
 	if err != nil {
 		return nil, err
 	}
-	duplex := func(t units.Time) units.Bandwidth {
-		return units.Bandwidth(2 * float64(allBytes) / max(t-pairFixed, 1).Seconds())
+	if big, ok := in.Samples["all-pairs-1GiB"]; ok && len(big.Times) > 0 {
+		// The rate is the slope between the two sizes; what the smaller
+		// takes beyond its bytes at that rate and the pair's fixed cost is
+		// the start of a group that carries both directions.
+		slope := func(tb, ts units.Time) units.Bandwidth {
+			return units.Bandwidth(2 * float64(allBigBytes-allBytes) / max(tb-ts, 1).Seconds())
+		}
+		f.Costs.DuplexRate = slope(median(big.Times), median(all.Times))
+		if f.Costs.DuplexRate <= 0 || math.IsInf(float64(f.Costs.DuplexRate), 0) {
+			return nil, fmt.Errorf("bench all-pairs-1GiB: %v each way no slower than all-pairs' %v: no duplex rate", median(big.Times), median(all.Times))
+		}
+		note("executor."+key(mode)+".duplex_rate", fmtBW(f.Costs.DuplexRate),
+			fmt.Sprintf("2 x (%s - %s) (one each way) / (median of all-pairs-1GiB - median of all-pairs)", sizeName(allBigBytes), sizeName(allBytes)), big,
+			fmtBW(slope(big.Times[len(big.Times)-1], all.Times[0])), fmtBW(slope(big.Times[0], all.Times[len(all.Times)-1])))
+		bytesAt := units.Time(math.Round(2 * float64(allBytes) / float64(f.Costs.DuplexRate) * float64(units.Second)))
+		f.Costs.DuplexStart = max(0, median(all.Times)-bytesAt-pairFixed)
+		note("executor."+key(mode)+".duplex_start", fmtT(f.Costs.DuplexStart),
+			fmt.Sprintf("median of all-pairs - 2 x %s / duplex_rate - the pair's fixed cost (%s)", sizeName(allBytes), fmtT(pairFixed)), all, "", "")
+	} else {
+		duplex := func(t units.Time) units.Bandwidth {
+			return units.Bandwidth(2 * float64(allBytes) / max(t-pairFixed, 1).Seconds())
+		}
+		f.Costs.DuplexRate = duplex(median(all.Times))
+		note("executor."+key(mode)+".duplex_rate", fmtBW(f.Costs.DuplexRate), "2 x 256 MiB (one each way) / (median - the pair's fixed cost)", all,
+			fmtBW(duplex(all.Times[len(all.Times)-1])), fmtBW(duplex(all.Times[0])))
 	}
-	f.Costs.DuplexRate = duplex(median(all.Times))
-	note("executor."+key(mode)+".duplex_rate", fmtBW(f.Costs.DuplexRate), "2 x 256 MiB (one each way) / (median - the pair's fixed cost)", all,
-		fmtBW(duplex(all.Times[len(all.Times)-1])), fmtBW(duplex(all.Times[0])))
+	if bs, ok := in.Samples["beside"]; ok && len(bs.Times) > 0 {
+		// NCCL beside a 1 GiB local copy on each GPU, the copy on the few
+		// blocks waves mode gives it: NCCL's own end (the first group's)
+		// against all-pairs alone, past the pair's fixed cost, is the
+		// share of its rate NCCL keeps; the iteration, which the copy
+		// outlasts, the copy's rate.
+		if bs.GroupEnd <= 0 || bs.GroupEnd >= median(bs.Times)*9/10 {
+			return nil, fmt.Errorf("bench beside: NCCL's end %v is not well before the iteration's %v: the copy did not outlast NCCL (or no profile)", bs.GroupEnd, median(bs.Times))
+		}
+		fixed := pairFixed + f.Costs.DuplexStart
+		share := math.Min(1, float64(max(median(all.Times)-fixed, 1))/float64(max(bs.GroupEnd-fixed, 1)))
+		f.NCCLBeside = math.Round(share*1000) / 1000
+		f.Measurements = append(f.Measurements, scenario.MeasurementSpec{Constant: "executor.nccl_beside", Value: fmt.Sprintf("%.3f", f.NCCLBeside),
+			Samples: len(bs.Times), Fit: fmt.Sprintf("(median of all-pairs - the pair's fixed cost - duplex_start) / (NCCL's end beside the copies (%s) - the same)", fmtT(bs.GroupEnd)),
+			Command: in.Command, Date: in.Date, Machine: in.Machine})
+		rate := func(t units.Time) float64 {
+			return math.Min(1, 2*float64(copyBytes)/max(t-bs.HostIssue, 1).Seconds()/float64(f.Memory))
+		}
+		f.CopyShared = math.Round(rate(median(bs.Times))*1000) / 1000
+		f.Measurements = append(f.Measurements, scenario.MeasurementSpec{Constant: "executor.copy_shared", Value: fmt.Sprintf("%.3f", f.CopyShared),
+			Min: fmt.Sprintf("%.3f", rate(bs.Times[len(bs.Times)-1])), Max: fmt.Sprintf("%.3f", rate(bs.Times[0])), Samples: len(bs.Times),
+			Fit:     "2 x 1 GiB / (median of beside - its host issue) / memory: the local copy on its few blocks beside NCCL, which it outlasts",
+			Command: in.Command, Date: in.Date, Machine: in.Machine})
+	}
 	// The host: per group from the 1 MiB stream's issue time (less the
 	// iteration's own events), per call from 64 calls in one group.
 	g1Name := "groups-" + sizeName(StreamWaves[0])

@@ -35,7 +35,7 @@ func Apply(t *topo.Topology, f *Fit) {
 		// One GPU: the pair's benches did not run, so its costs were not
 		// measured; the preset keeps its own, and their records.
 		old := x.Costs[f.Launch]
-		costs.PairRate, costs.DuplexRate, costs.CopyRate = old.PairRate, old.DuplexRate, old.CopyRate
+		costs.PairRate, costs.DuplexRate, costs.DuplexStart, costs.CopyRate = old.PairRate, old.DuplexRate, old.DuplexStart, old.CopyRate
 		costs.XferLatency, costs.StartLatency, costs.GroupLatency = old.XferLatency, old.StartLatency, old.GroupLatency
 		costs.HostGroup, costs.HostXfer, costs.Ramp = old.HostGroup, old.HostXfer, slices.Clone(old.Ramp)
 	}
@@ -43,6 +43,8 @@ func Apply(t *topo.Topology, f *Fit) {
 	if x.Costs[f.Launch] = costs; f.Launch != topo.OneProcess && !x.Costs[topo.OneProcess].IsZero() {
 		optional(&x.BatchShared, f.BatchShared, true)
 		optional(&x.QuantizeGeneric, f.QuantGeneric, true)
+		optional(&x.CopyShared, f.CopyShared, true)
+		optional(&x.NCCLBeside, f.NCCLBeside, true)
 		return
 	}
 	t.Memory = f.Memory
@@ -50,6 +52,8 @@ func Apply(t *topo.Topology, f *Fit) {
 	x.PackLong, x.PackShort, x.PackStage, x.Quantize = f.PackLong, f.PackShort, f.PackStage, f.Quantize
 	optional(&x.BatchShared, f.BatchShared, false)
 	optional(&x.QuantizeGeneric, f.QuantGeneric, false)
+	optional(&x.CopyShared, f.CopyShared, false)
+	optional(&x.NCCLBeside, f.NCCLBeside, false)
 	if f.NVLink > 0 {
 		// Scenarios with one GPU per virtual domain model NVLink between
 		// the two GPUs as their network: both carry the pair's values.
@@ -117,7 +121,7 @@ func constants(t *topo.Topology) []constant {
 		name     string
 		v        float64
 		optional bool // 0: not measured, not written
-	}{{"pack_long", x.PackLong, false}, {"pack_short", x.PackShort, false}, {"pack_stage", x.PackStage, false}, {"quantize", x.Quantize, false}, {"quantize_generic", x.QuantizeGeneric, true}, {"batch_shared", x.BatchShared, true}} {
+	}{{"pack_long", x.PackLong, false}, {"pack_short", x.PackShort, false}, {"pack_stage", x.PackStage, false}, {"quantize", x.Quantize, false}, {"quantize_generic", x.QuantizeGeneric, true}, {"batch_shared", x.BatchShared, true}, {"copy_shared", x.CopyShared, true}, {"nccl_beside", x.NCCLBeside, true}} {
 		if p.optional && p.v == 0 {
 			continue
 		}
@@ -138,6 +142,9 @@ func constants(t *topo.Topology) []constant {
 		}
 		if c.CopyRate > 0 { // 0: the links' own rate, not written
 			cs = append(cs, constant{sec, "copy_rate", fmtBW(c.CopyRate), 0})
+		}
+		if c.DuplexStart > 0 { // 0: not measured (one size), not written
+			cs = append(cs, constant{sec, "duplex_start", fmtT(c.DuplexStart), 0})
 		}
 		for _, p := range c.Ramp {
 			cs = append(cs, constant{sec, "ramp_extra(" + sizeName(p.Bytes) + ")", fmtT(p.Extra), p.Bytes})

@@ -48,6 +48,7 @@ type benchDoc struct {
 	Launches    int     `json:"launches"`
 	Events      int     `json:"events"`
 	EventsFirst int     `json:"events_before_first_op"`
+	GroupEndPS  int64   `json:"group_end_ps,omitempty"` // profiled benches: the first NCCL group's end (median)
 }
 
 // quantGenDoc is the generic quantize bench's times (QuantGenShape) and
@@ -95,7 +96,7 @@ func WriteSamples(w io.Writer, in Input) error {
 	for name, s := range in.Samples {
 		c := in.Counts[name]
 		d.Benches[name] = benchDoc{TimesPS: ps(s.Times), HostIssuePS: int64(s.HostIssue), Groups: s.Groups,
-			Launches: c.Launches, Events: c.Events, EventsFirst: c.Before}
+			Launches: c.Launches, Events: c.Events, EventsFirst: c.Before, GroupEndPS: int64(s.GroupEnd)}
 	}
 	for class, b := range in.Boxes {
 		d.Boxes[class.String()] = boxDoc{PackPS: ps(b.Pack), UnpackPS: ps(b.Unpack), CopyPS: ps(b.Copy), Kernel: b.Kernel}
@@ -161,7 +162,10 @@ func ReadSamples(data []byte) (Input, error) {
 		if b.HostIssuePS < 0 || b.Groups < 0 || b.Launches < 0 || b.Events < 0 || b.EventsFirst < 0 || b.EventsFirst > b.Events {
 			return Input{}, fmt.Errorf("samples: benches.%s: host_issue_ps, groups, launches and events must not be negative, events_before_first_op at most events", name)
 		}
-		in.Samples[name] = Sample{Times: ts, HostIssue: units.Time(b.HostIssuePS), Groups: b.Groups}
+		if b.GroupEndPS < 0 {
+			return Input{}, fmt.Errorf("samples: benches.%s.group_end_ps = %d: want a non-negative time", name, b.GroupEndPS)
+		}
+		in.Samples[name] = Sample{Times: ts, HostIssue: units.Time(b.HostIssuePS), Groups: b.Groups, GroupEnd: units.Time(b.GroupEndPS)}
 		in.Counts[name] = Counts{Launches: b.Launches, Events: b.Events, Before: b.EventsFirst}
 	}
 	classes := map[string]program.BoxClass{}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/topo"
@@ -168,6 +169,10 @@ type opCosts struct {
 	rel  []units.Time
 	lat  []units.Time
 	coef []float64
+	// beside is, per local op (0 elsewhere), the share of their own rate
+	// NCCL transfers keep on the op's GPU while it runs there (a kernel
+	// beside NCCL's); nil: none.
+	beside []float64
 }
 
 // engineFunc runs the flow engine on a schedule (x: the executor model's
@@ -201,11 +206,23 @@ type solver interface {
 	groups() int
 	levelOf(g int32) int64
 	weight(r int32) int64
+	// setCapacity changes a resource's capacity (load units); the next
+	// solve shares it anew.
+	setCapacity(r int32, c u128)
 }
 
 func (f *fluid) changes() ([]levelChange, []move) { return f.levelCh, f.moves }
 func (f *fluid) weight(r int32) int64             { return f.wsum[r] }
 func (f *fluid) levelOf(g int32) int64            { return f.level[g] }
+
+// setCapacity changes resource r's capacity: r is refilled at the next
+// solve as if its flow set had changed.
+func (f *fluid) setCapacity(r int32, c u128) {
+	if f.capacity[r] != c {
+		f.capacity[r] = c
+		f.dirty = append(f.dirty, r)
+	}
+}
 
 // engineWith is the engine with the solver newSolver makes (nil: fluid).
 func engineWith(newSolver func(capacity []u128) solver) engineFunc {
@@ -221,6 +238,16 @@ func engineWith(newSolver func(capacity []u128) solver) engineFunc {
 				}
 			}
 			e.rel, e.lat1, e.coef = x.rel, x.lat, x.coef
+			for i, b := range x.beside {
+				if b != 0 && !(b > 0 && b <= 1) {
+					return nil, fmt.Errorf("op %d: NCCL's share beside it %g outside (0, 1]", i, b)
+				}
+				if b > 0 && b < 1 {
+					// GPUs' capacities change as kernels come and go: each
+					// flow of its own (no symmetry).
+					e.beside, e.opt.NoSymmetry = x.beside, true
+				}
+			}
 		}
 		return e.run()
 	}
@@ -303,6 +330,14 @@ type engine struct {
 	rel  []units.Time
 	lat1 []units.Time
 	coef []float64
+	// beside (opCosts.beside), and per GPU (index): the shares of the
+	// local flows running there that slow its NCCL transfers, the share
+	// its NCCL resources are at (0 before the first: 1), and those
+	// resources (its NCCL channels, NVLink and NIC ports).
+	beside    []float64
+	besideAct [][]float64
+	besideNow []float64
+	besideRes [][]int32
 }
 
 // flowRec is one flow. It holds no pointers, so millions of them cost the
@@ -324,6 +359,9 @@ type flowRec struct {
 	ready    units.Time
 	start    units.Time
 	finished bool
+	// besideG is the GPU (index) whose NCCL transfers this local flow
+	// slows while it runs (opCosts.beside); -1: none.
+	besideG int32
 }
 
 // maxFlowRes is the most resources a flow holds: NIC egress and ingress and
@@ -435,6 +473,19 @@ func (e *engine) run() (*Result, error) {
 		sym := e.findSymmetry()
 		if sym != nil && len(sym.urep)*symGain <= sym.units {
 			e.quotient(sym)
+		}
+	}
+	if e.beside != nil {
+		ng := len(e.gpus)
+		e.besideAct, e.besideNow, e.besideRes = make([][]float64, ng), make([]float64, ng), make([][]int32, ng)
+		for g := range ng {
+			e.besideNow[g] = 1
+			rs := []int32{e.nvlE[g], e.nvlI[g]}
+			rs = append(append(rs, e.nicE[g]...), e.nicI[g]...)
+			if e.nccl != nil {
+				rs = append(rs, e.nccl[g])
+			}
+			e.besideRes[g] = rs
 		}
 	}
 	s := e.s
@@ -589,7 +640,7 @@ func (e *engine) newFlow(a, b int32) {
 	} else {
 		f, rel = e.unitFlow(a)
 	}
-	f.ops, f.ready, f.group = [2]int32{a, b}, e.now, -1
+	f.ops, f.ready, f.group, f.besideG = [2]int32{a, b}, e.now, -1, -1
 	id := e.alloc(f)
 	e.push(event{at: max(e.now, rel) + f.lat, flow: id})
 	if e.opt.Timeline {
@@ -717,6 +768,14 @@ func (e *engine) startFlow(id int32) {
 		e.finishFlow(id)
 		return
 	}
+	if e.beside != nil && f.ops[1] < 0 {
+		if b := e.beside[f.ops[0]]; b > 0 && b < 1 {
+			g := int32(e.rankG[e.s.Ops[f.ops[0]].Rank])
+			f.besideG = g
+			e.besideAct[g] = append(e.besideAct[g], b)
+			e.applyBeside(g)
+		}
+	}
 	res := f.res[:f.nres]
 	f.fluidID = e.fluid.add(res, f.fx[:f.nres], e.capRt[f.class])
 	for int(f.fluidID) >= len(e.byFluid) {
@@ -774,6 +833,12 @@ func (e *engine) finishFlow(id int32) {
 		e.fluid.remove(f.fluidID)
 		e.byFluid[f.fluidID] = -1
 	}
+	if g := f.besideG; g >= 0 {
+		act := e.besideAct[g]
+		i := slices.Index(act, e.beside[f.ops[0]])
+		e.besideAct[g] = append(act[:i], act[i+1:]...)
+		e.applyBeside(g)
+	}
 	m := e.mul(f)
 	e.result.Events += m
 	ops := f.ops // opReady may move e.fl
@@ -793,6 +858,22 @@ func (e *engine) finishFlow(id int32) {
 	}
 	// Its completion was the flow's last pending event: the slot is free.
 	e.freeFl = append(e.freeFl, id)
+}
+
+// applyBeside sets GPU g's NCCL resources to the least share of the
+// kernels running beside them there (their own capacity when none runs).
+func (e *engine) applyBeside(g int32) {
+	share := 1.0
+	for _, b := range e.besideAct[g] {
+		share = min(share, b)
+	}
+	if e.besideNow[g] == share {
+		return
+	}
+	e.besideNow[g] = share
+	for _, r := range e.besideRes[g] {
+		e.fluid.setCapacity(r, fixedFloor(float64(e.res[r].Capacity)*1e-12*share, rateBits+coefBits))
+	}
 }
 
 // rebalance re-solves the rates the last batch of events changed: each

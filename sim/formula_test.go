@@ -296,3 +296,101 @@ func TestModelQuantizeKernelFormula(t *testing.T) {
 		within(t, c.name, r.Makespan, tp.LatencyLocal+seconds(bytes, units.Bandwidth(c.rate*float64(tp.Memory))))
 	}
 }
+
+// NCCL beside a kernel: one send/recv while a long contiguous copy runs on
+// the sender's GPU on its few blocks (waves mode). The copy moves at
+// copy_shared of memory; while it runs, the GPU's NCCL channels and ports
+// are at nccl_beside of their capacity, so the send/recv runs at that
+// share of the NIC port (below its pair cap), and its group ends that
+// much later. Without the constants neither is slowed.
+func TestModelNCCLBesideFormula(t *testing.T) {
+	const n, m = int64(64 << 20), int64(256 << 20)
+	s := xfer(n)
+	s.Buffers = append(s.Buffers, ir.Buffer{ID: 2, Rank: 0, Kind: ir.Staging, Tensor: -1, Bytes: m}, ir.Buffer{ID: 3, Rank: 0, Kind: ir.Staging, Tensor: -1, Bytes: m})
+	s.AddOp(ir.Op{Kind: ir.Copy, Rank: 0, Peer: -1, Match: -1, Src: ir.Region{Buf: 2, Bytes: m}, Dst: ir.Region{Buf: 3, Bytes: m}})
+	for _, c := range []struct {
+		name          string
+		shared, share float64
+		rate          func(tp *topo.Topology) units.Bandwidth // the send/recv's
+	}{
+		{"not measured", 0, 0, func(tp *topo.Topology) units.Bandwidth { return tp.Executor.Costs[topo.OneProcess].PairRate }},
+		{"measured", 0.25, 0.5, func(tp *topo.Topology) units.Bandwidth { return tp.NIC / 2 }},
+	} {
+		tp := machine()
+		tp.Executor.CopyShared, tp.Executor.NCCLBeside = c.shared, c.share
+		r, err := Run(s, tp, Options{Exec: Exec{Transport: "nccl"}, GroupEnds: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := tp.Executor.Costs[topo.OneProcess]
+		group := x.XferLatency + x.RampAt(n) + x.StartLatency + seconds(n, c.rate(tp)) + x.GroupLatency
+		within(t, c.name+": the group's end", r.GroupEnds[0], group)
+		copyRate := tp.Memory / 2
+		if c.shared > 0 {
+			copyRate = units.Bandwidth(c.shared * float64(tp.Memory) / 2)
+		}
+		within(t, c.name+": the makespan", r.Makespan, max(group, tp.LatencyLocal+seconds(m, copyRate)))
+	}
+}
+
+// When the copy ends before the send/recv, NCCL gets its capacity back:
+// the bytes moved beside the copy at the shared rate, the rest at the
+// pair's own.
+func TestModelNCCLBesideEnds(t *testing.T) {
+	const n, m = int64(64 << 20), int64(16 << 20)
+	s := xfer(n)
+	s.Buffers = append(s.Buffers, ir.Buffer{ID: 2, Rank: 0, Kind: ir.Staging, Tensor: -1, Bytes: m}, ir.Buffer{ID: 3, Rank: 0, Kind: ir.Staging, Tensor: -1, Bytes: m})
+	s.AddOp(ir.Op{Kind: ir.Copy, Rank: 0, Peer: -1, Match: -1, Src: ir.Region{Buf: 2, Bytes: m}, Dst: ir.Region{Buf: 3, Bytes: m}})
+	tp := machine()
+	tp.Executor.CopyShared, tp.Executor.NCCLBeside = 0.25, 0.5
+	r, err := Run(s, tp, Options{Exec: Exec{Transport: "nccl"}, GroupEnds: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := tp.Executor.Costs[topo.OneProcess]
+	start := x.XferLatency + x.RampAt(n) + x.StartLatency
+	copyEnd := tp.LatencyLocal + seconds(m, units.Bandwidth(0.25*float64(tp.Memory)/2))
+	if copyEnd <= start {
+		t.Fatalf("the copy ends at %v, before the send/recv starts (%v)", copyEnd, start)
+	}
+	shared := tp.NIC / 2
+	moved := int64(math.Round(float64(copyEnd-start) * 1e-12 * float64(shared)))
+	group := copyEnd + seconds(n-moved, x.PairRate) + x.GroupLatency
+	if d := r.GroupEnds[0] - group; d < -1000 || d > 1000 {
+		t.Errorf("the group ends at %v, the formula gives %v (within 1 ns)", r.GroupEnds[0], group)
+	}
+}
+
+// A group that carries both directions on a GPU costs duplex_start more
+// there, one direction alone does not.
+func TestModelDuplexStart(t *testing.T) {
+	const n = int64(16 << 20)
+	one := xfer(n)
+	both := xfer(n)
+	both.Buffers = append(both.Buffers, ir.Buffer{ID: 2, Rank: 1, Kind: ir.Staging, Tensor: -1, Bytes: n}, ir.Buffer{ID: 3, Rank: 0, Kind: ir.Staging, Tensor: -1, Bytes: n})
+	snd := both.AddOp(ir.Op{Kind: ir.Send, Rank: 1, Peer: 0, Src: ir.Region{Buf: 2, Bytes: n}})
+	rcv := both.AddOp(ir.Op{Kind: ir.Recv, Rank: 0, Peer: 1, Dst: ir.Region{Buf: 3, Bytes: n}})
+	both.Ops[snd].Match, both.Ops[rcv].Match = rcv, snd
+	const d = 50 * units.Microsecond
+	for _, c := range []struct {
+		name string
+		s    *ir.Schedule
+		more units.Time
+	}{{"one way", one, 0}, {"both ways", both, d}} {
+		var span [2]units.Time
+		for i, start := range []units.Time{0, d} {
+			tp := machine()
+			x := tp.Executor.Costs[topo.OneProcess]
+			x.DuplexStart = start
+			tp.Executor.Costs[topo.OneProcess] = x
+			r, err := Run(c.s, tp, Options{Exec: Exec{Transport: "nccl"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			span[i] = r.Makespan
+		}
+		if got := span[1] - span[0]; got != c.more {
+			t.Errorf("%s: duplex_start of %v costs %v more, want %v", c.name, d, got, c.more)
+		}
+	}
+}

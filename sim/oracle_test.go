@@ -552,3 +552,53 @@ func TestSolverMatchesOraclesScenarios(t *testing.T) {
 		})
 	}
 }
+
+func (o *fullFill) setCapacity(r int32, c u128) { o.capacity[r] = c }
+
+// With kernels that slow NCCL beside them (opCosts.beside: a GPU's ports
+// at a share of their capacity while such a local op runs there), the
+// solver still equals the full fill bit for bit, and every flow has a
+// bottleneck at every event, on random DAGs with random shares.
+func TestBesideMatchesFullFill(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 32))
+	cases, slowed := 120, 0
+	if testing.Short() {
+		cases = 30
+	}
+	for i := range cases {
+		s, tp, opt := randomDAG(rng)
+		opt.Timeline = true
+		x := &opCosts{beside: make([]float64, len(s.Ops))}
+		for o := range s.Ops {
+			if s.Ops[o].Kind == ir.Copy && rng.IntN(2) == 0 {
+				x.beside[o] = []float64{0.3, 0.7, 1}[rng.IntN(3)]
+			}
+		}
+		want, errW := engineWith(newFullFill)(s, tp, opt, x)
+		for _, frac := range []float64{-1, 0, 2} {
+			got, errG := engineWith(fluidWith(frac))(s, tp, opt, x)
+			if (errW == nil) != (errG == nil) {
+				t.Fatalf("case %d, full fraction %g: error %v, oracle's %v", i, frac, errG, errW)
+			}
+			if errW != nil {
+				break
+			}
+			if err := sameResult(got, want); err != nil {
+				t.Fatalf("case %d (%d ops), full fraction %g: %v", i, len(s.Ops), frac, err)
+			}
+		}
+		var defErr error
+		if _, err := engineWith(func(c []u128) solver { return checkedFluid{newFluid(c), &defErr} })(s, tp, opt, x); err == nil && defErr != nil {
+			t.Fatalf("case %d: max-min definition: %v", i, defErr)
+		}
+		if errW == nil {
+			plain, err := engineWith(nil)(s, tp, opt, nil)
+			if err == nil && plain.Makespan != want.Makespan {
+				slowed++
+			}
+		}
+	}
+	if slowed < cases/10 {
+		t.Errorf("only %d of %d cases slowed by the kernels beside NCCL: the test does not exercise it", slowed, cases)
+	}
+}

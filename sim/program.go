@@ -29,6 +29,9 @@ type modeled struct {
 	rel  []units.Time
 	lat  []units.Time
 	coef []float64
+	// beside is, per local op, the share of their rate NCCL transfers keep
+	// on its GPU while it runs (0: not slowed; opCosts.beside).
+	beside []float64
 	// of maps each op of the original schedule to its op here.
 	of []int32
 	// groups is the NCCL groups the program issues (0 with copies).
@@ -134,7 +137,7 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 	started := map[int]bool{}          // NCCL streams that have run a transfer
 	add := func(op ir.Op, rel, lat units.Time, coef float64, deps []int32) int32 {
 		id := m.s.AddOp(op, slices.Compact(slices.Sorted(slices.Values(deps)))...)
-		m.rel, m.lat, m.coef = append(m.rel, rel), append(m.lat, lat), append(m.coef, coef)
+		m.rel, m.lat, m.coef, m.beside = append(m.rel, rel), append(m.lat, lat), append(m.coef, coef), append(m.beside, 0)
 		return id
 	}
 	// deps maps the dependencies of original ops to ops here.
@@ -149,6 +152,10 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 		}
 		return out
 	}
+	// Kernels beside NCCL's (waves mode); NCCL slowed by them on GPUs of
+	// their own (not in loopback).
+	waves := po.Mode == program.Waves
+	beside := waves && !opt.Loopback
 	copyCoef := 2.0
 	quantCoef := 1.0
 	if x.Quantize > 0 {
@@ -230,11 +237,21 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 					// A batch beside NCCL kernels runs on the grid they
 					// leave it (waves mode): its copies at that share of
 					// their rate.
-					if po.Mode == program.Waves && st.Batch != nil && x.BatchShared > 0 {
+					if waves && st.Batch != nil && x.BatchShared > 0 {
 						coef /= x.BatchShared
+					}
+					// A long contiguous copy alone runs on a few blocks
+					// there (native's LocalCopyBlocks), at its own rate.
+					if waves && st.Batch == nil && onFewBlocks(&op) && x.CopyShared > 0 {
+						coef = 2 / x.CopyShared
 					}
 				}
 				id := add(op, clock[proc(d)], lw, coef, ds)
+				if beside && op.Kind != ir.Quantize && (st.Batch != nil || onFewBlocks(&op)) {
+					// NCCL on its GPU keeps a share of its rate while the
+					// kernel runs (a batch, or a copy on few blocks).
+					m.beside[id] = x.NCCLBeside
+				}
 				if op.Kind == ir.Quantize {
 					if m.s.QuantScale == nil {
 						m.s.QuantScale = map[int32]ir.Region{}
@@ -399,7 +416,11 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 			for _, stream := range slices.Sorted(maps.Keys(onStream)) {
 				ops := onStream[stream]
 				bar := ir.Op{Kind: ir.Copy, Rank: m.s.Ops[ops[0]].Rank, Peer: -1, Match: -1}
-				barrier[stream] = add(bar, 0, costs.GroupLatency, 0, ops)
+				lat := costs.GroupLatency
+				if costs.DuplexStart > 0 && sendsAndReceives(m.s, ops) {
+					lat += costs.DuplexStart
+				}
+				barrier[stream] = add(bar, 0, lat, 0, ops)
 				if d := p.Streams[stream].Dev; first < 0 || d < firstDev {
 					first, firstDev = barrier[stream], d
 				}
@@ -413,6 +434,25 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 		m.hostIssue = max(m.hostIssue, c+units.Time(2*streamsOf[pr])*ev)
 	}
 	return m, nil
+}
+
+// sendsAndReceives reports whether a stream's transfers in a group go
+// both ways: a send and a receive among ops.
+func sendsAndReceives(s *ir.Schedule, ops []int32) bool {
+	var snd, rcv bool
+	for _, o := range ops {
+		snd = snd || s.Ops[o].Kind == ir.Send
+		rcv = rcv || s.Ops[o].Kind == ir.Recv
+	}
+	return snd && rcv
+}
+
+// onFewBlocks reports whether the executor copies a local op with its
+// long-run copy kernel on a few blocks in waves mode (native's planLocal:
+// a copy between contiguous regions of at least program.LongRunBytes;
+// the model takes them 16-byte aligned, as the planner's buffers are).
+func onFewBlocks(op *ir.Op) bool {
+	return op.Kind == ir.Copy && !op.Src.IsBox() && !op.Dst.IsBox() && op.Src.Bytes >= program.LongRunBytes
 }
 
 // runProgram simulates the executor's program of s (see modeled); the
@@ -447,7 +487,7 @@ func runProgram(s *ir.Schedule, tp *topo.Topology, opt Options, eng engineFunc) 
 		// The barriers' ends, from the timeline (which turns symmetry off).
 		opt.Timeline = true
 	}
-	r, err := eng(m.s, tp, opt, &opCosts{rel: m.rel, lat: m.lat, coef: m.coef})
+	r, err := eng(m.s, tp, opt, &opCosts{rel: m.rel, lat: m.lat, coef: m.coef, beside: m.beside})
 	if err != nil {
 		return nil, err
 	}

@@ -138,7 +138,7 @@ Run it once in one process, then under torchrun (one process per GPU) with
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		opt := native.Options{Backend: native.Loopback, Settings: program.Settings{Transport: b.Transport, Graph: b.Graph, WaveBytes: b.WaveBytes, NoBatch: b.NoBatch}, Device: dev, Iters: *iters, Warmup: *warmup, Timeout: *timeout}
+		opt := native.Options{Backend: native.Loopback, Settings: program.Settings{Transport: b.Transport, Graph: b.Graph, WaveBytes: b.WaveBytes, NoBatch: b.NoBatch}, Device: dev, Iters: *iters, Warmup: *warmup, Timeout: *timeout, Profile: b.Profile}
 		if b.GPUs > 1 {
 			opt.Backend, opt.Launch, opt.Device = native.NCCL, launch, 0
 		}
@@ -150,6 +150,12 @@ Run it once in one process, then under torchrun (one process per GPU) with
 			return fmt.Errorf("bench %s: %d wrong elements; first: %s", b.Name, res.WrongElems, res.FirstWrong)
 		}
 		s := calibrate.Sample{Times: slices.Sorted(slices.Values(res.Times)), HostIssue: res.HostIssue, Groups: res.Waves}
+		if b.Profile {
+			if res.ProfileErr != "" || len(res.GroupEnds) == 0 {
+				return fmt.Errorf("bench %s: no NCCL group's end timed: %s", b.Name, res.ProfileErr)
+			}
+			s.GroupEnd = res.GroupEnds[0]
+		}
 		in.Samples[b.Name] = s
 		if in.Counts[b.Name], err = calibrate.HostCounts(&b, in.Launch); err != nil {
 			return fmt.Errorf("bench %s: %w", b.Name, err)

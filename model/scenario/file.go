@@ -61,6 +61,8 @@ type ExecutorSpec struct {
 	Quantize    *float64       `toml:"quantize"`
 	QuantizeGen *float64       `toml:"quantize_generic"`
 	BatchShared *float64       `toml:"batch_shared"`
+	CopyShared  *float64       `toml:"copy_shared"`
+	NCCLBeside  *float64       `toml:"nccl_beside"`
 	OneProcess  *ExecCostsSpec `toml:"one_process"`
 	PerGPU      *ExecCostsSpec `toml:"per_gpu"`
 }
@@ -72,6 +74,7 @@ type ExecCostsSpec struct {
 	CopyRate     *units.Bandwidth `toml:"copy_rate"`
 	XferLatency  *units.Time      `toml:"xfer_latency"`
 	GroupLatency *units.Time      `toml:"group_latency"`
+	DuplexStart  *units.Time      `toml:"duplex_start"`
 	HostGroup    *units.Time      `toml:"host_group"`
 	HostXfer     *units.Time      `toml:"host_xfer"`
 	HostLaunch   *units.Time      `toml:"host_launch"`

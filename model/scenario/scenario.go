@@ -676,6 +676,8 @@ func applyTopology(t *topo.Topology, ts TopologySpec) error {
 		setF(&x.Quantize, e.Quantize)
 		setF(&x.QuantizeGeneric, e.QuantizeGen)
 		setF(&x.BatchShared, e.BatchShared)
+		setF(&x.CopyShared, e.CopyShared)
+		setF(&x.NCCLBeside, e.NCCLBeside)
 		for l, c := range []*ExecCostsSpec{topo.OneProcess: e.OneProcess, topo.PerGPU: e.PerGPU} {
 			if c == nil {
 				continue
@@ -686,6 +688,7 @@ func applyTopology(t *topo.Topology, ts TopologySpec) error {
 			setBW(&xc.CopyRate, c.CopyRate)
 			setT(&xc.XferLatency, c.XferLatency)
 			setT(&xc.GroupLatency, c.GroupLatency)
+			setT(&xc.DuplexStart, c.DuplexStart)
 			setT(&xc.HostGroup, c.HostGroup)
 			setT(&xc.HostXfer, c.HostXfer)
 			setT(&xc.HostLaunch, c.HostLaunch)

@@ -204,10 +204,14 @@ func (t *Topology) Describe() string {
 		if e.QuantizeGeneric > 0 {
 			gen = fmt.Sprintf(" (the generic kernel at %.2f)", e.QuantizeGeneric)
 		}
-		fmt.Fprintf(&b, "executor: pack/unpack at %.2f/%.2f/%.2f of memory (long/short/staged rows), quantize at %.2f%s, a batch beside NCCL at %.2f of its rate\n", e.PackLong, e.PackShort, e.PackStage, e.Quantize, gen, e.BatchShared)
+		beside := ""
+		if e.CopyShared > 0 || e.NCCLBeside > 0 {
+			beside = fmt.Sprintf(", a local copy beside NCCL at %.2f of memory; NCCL at %.2f of its rate beside either", e.CopyShared, e.NCCLBeside)
+		}
+		fmt.Fprintf(&b, "executor: pack/unpack at %.2f/%.2f/%.2f of memory (long/short/staged rows), quantize at %.2f%s, a batch beside NCCL at %.2f of its rate%s\n", e.PackLong, e.PackShort, e.PackStage, e.Quantize, gen, e.BatchShared, beside)
 		for l, c := range e.Costs {
-			fmt.Fprintf(&b, "executor, %s: pair %v, duplex %v, copies %v, send/recv %v (+ ramp %v), group %v, start %v, box kernel %v; host: group %v, send/recv %v, launch %v, event %v\n",
-				Launch(l), c.PairRate, c.DuplexRate, c.CopyRate, c.XferLatency, c.Ramp, c.GroupLatency, c.StartLatency, c.BoxLatency, c.HostGroup, c.HostXfer, c.HostLaunch, c.HostEvent)
+			fmt.Fprintf(&b, "executor, %s: pair %v, duplex %v (+ start %v), copies %v, send/recv %v (+ ramp %v), group %v, start %v, box kernel %v; host: group %v, send/recv %v, launch %v, event %v\n",
+				Launch(l), c.PairRate, c.DuplexRate, c.DuplexStart, c.CopyRate, c.XferLatency, c.Ramp, c.GroupLatency, c.StartLatency, c.BoxLatency, c.HostGroup, c.HostXfer, c.HostLaunch, c.HostEvent)
 		}
 	}
 	return b.String()
@@ -263,6 +267,19 @@ type Executor struct {
 	// it is left beside NCCL kernels (waves mode), as a fraction of the
 	// same batch on the whole GPU; 0 means 1.
 	BatchShared float64
+	// CopyShared is the rate of a contiguous local copy on the few thread
+	// blocks it is given beside NCCL kernels (waves mode: a colocated
+	// rank's own shard, copied by the long-run copy kernel), as a fraction
+	// of Memory; 0 means 1.
+	CopyShared float64
+	// NCCLBeside is the share of their own rate NCCL's transfers keep on
+	// a GPU while a kernel runs there beside them (waves mode): measured
+	// beside such a copy, and taken alike for a batch kernel on its shared
+	// grid (both move about the same bytes a second: CopyShared and
+	// BatchShared). The model holds the GPU's NCCL channels and ports at
+	// that share of their capacity while such a kernel runs. 0 means 1
+	// (not slowed).
+	NCCLBeside float64
 	// Costs by launch mode, indexed by Launch.
 	Costs [2]ExecCosts
 }
@@ -275,6 +292,11 @@ type ExecCosts struct {
 	// DuplexRate is the most NCCL bytes one GPU sends plus receives per
 	// second: its channels serve both directions; 0 means no limit.
 	DuplexRate units.Bandwidth
+	// DuplexStart is the device time an NCCL group's kernel costs on a GPU
+	// that both sends and receives in it, beyond GroupLatency: where its
+	// two directions' bytes start flowing at DuplexRate (the intercept of
+	// the duplex rate's fit over two sizes).
+	DuplexStart units.Time
 	// CopyRate is the rate of one device copy between two GPUs, per
 	// direction with both directions busy, as this launch mode's copies
 	// run (peer copies in one process, CUDA IPC between processes); 0
@@ -312,12 +334,12 @@ func (e *Executor) IsZero() bool {
 			return false
 		}
 	}
-	return e.PackLong == 0 && e.PackShort == 0 && e.PackStage == 0 && e.Quantize == 0 && e.QuantizeGeneric == 0 && e.BatchShared == 0
+	return e.PackLong == 0 && e.PackShort == 0 && e.PackStage == 0 && e.Quantize == 0 && e.QuantizeGeneric == 0 && e.BatchShared == 0 && e.CopyShared == 0 && e.NCCLBeside == 0
 }
 
 // IsZero reports whether no cost of the launch mode is set.
 func (c *ExecCosts) IsZero() bool {
-	return len(c.Ramp) == 0 && c.PairRate == 0 && c.DuplexRate == 0 && c.CopyRate == 0 && c.XferLatency == 0 && c.StartLatency == 0 && c.BoxLatency == 0 &&
+	return len(c.Ramp) == 0 && c.PairRate == 0 && c.DuplexRate == 0 && c.CopyRate == 0 && c.XferLatency == 0 && c.StartLatency == 0 && c.BoxLatency == 0 && c.DuplexStart == 0 &&
 		c.GroupLatency == 0 && c.HostGroup == 0 && c.HostXfer == 0 && c.HostLaunch == 0 && c.HostEvent == 0
 }
 
@@ -361,6 +383,12 @@ func (e *Executor) validate() []error {
 	if !(e.BatchShared >= 0 && e.BatchShared <= 1) {
 		errs = append(errs, fmt.Errorf("executor.batch_shared = %g: must be a fraction of a whole-GPU batch's rate, in [0, 1] (0: 1)", e.BatchShared))
 	}
+	if !(e.CopyShared >= 0 && e.CopyShared <= 1) {
+		errs = append(errs, fmt.Errorf("executor.copy_shared = %g: must be a fraction of memory bandwidth, in [0, 1] (0: 1)", e.CopyShared))
+	}
+	if !(e.NCCLBeside >= 0 && e.NCCLBeside <= 1) {
+		errs = append(errs, fmt.Errorf("executor.nccl_beside = %g: must be the share of its rate NCCL keeps, in [0, 1] (0: 1)", e.NCCLBeside))
+	}
 	for l, c := range e.Costs {
 		name := "executor." + strings.ReplaceAll(Launch(l).String(), "-", "_") + "."
 		if !(c.PairRate >= 0) || !(c.DuplexRate >= 0) || math.IsInf(float64(c.PairRate), 0) || math.IsInf(float64(c.DuplexRate), 0) {
@@ -372,7 +400,7 @@ func (e *Executor) validate() []error {
 		for _, t := range []struct {
 			name string
 			v    units.Time
-		}{{"xfer_latency", c.XferLatency}, {"group_latency", c.GroupLatency}, {"host_group", c.HostGroup}, {"host_xfer", c.HostXfer}, {"host_launch", c.HostLaunch}, {"host_event", c.HostEvent}, {"start_latency", c.StartLatency}, {"box_latency", c.BoxLatency}} {
+		}{{"xfer_latency", c.XferLatency}, {"group_latency", c.GroupLatency}, {"host_group", c.HostGroup}, {"host_xfer", c.HostXfer}, {"host_launch", c.HostLaunch}, {"host_event", c.HostEvent}, {"start_latency", c.StartLatency}, {"box_latency", c.BoxLatency}, {"duplex_start", c.DuplexStart}} {
 			if t.v < 0 {
 				errs = append(errs, fmt.Errorf("%s%s = %v: must not be negative", name, t.name, t.v))
 			}
