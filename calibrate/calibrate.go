@@ -104,6 +104,11 @@ const (
 	allBigBytes = 1 << 30
 )
 
+// ManyOps are the duplex benches of many send/recvs to one peer in a
+// group: per direction, how many and of what size.
+// The larger is topo.DuplexOpTop, beyond which the model holds the cost.
+var ManyOps = []struct{ Count, Bytes int64 }{{64, 4 << 20}, {16, topo.DuplexOpTop}}
+
 // PairSizes are the sizes of the one-pair sweep.
 var PairSizes = []int64{pairSmall, 4 << 20, 64 << 20, 256 << 20, 512 << 20}
 
@@ -256,6 +261,16 @@ func Benches(gpus int) ([]Bench, error) {
 		[]ir.Tensor{tensor("a", allBytes, 0, 1), tensor("b", allBytes, 1, 0), tensor("c0", copyBytes, 0, 0), tensor("c1", copyBytes, 1, 1)}, copyBytes); err != nil {
 		return nil, err
 	}
+	for _, m := range ManyOps {
+		var ts []ir.Tensor
+		for i := range m.Count {
+			ts = append(ts, tensor(fmt.Sprintf("a%d", i), m.Bytes, 0, 1), tensor(fmt.Sprintf("b%d", i), m.Bytes, 1, 0))
+		}
+		if err := add(Bench{Name: manyName(m.Count, m.Bytes), GPUs: 2, Transport: "nccl", WaveBytes: -1,
+			What: fmt.Sprintf("%d send/recvs of %s each way in one group: what a send/recv after the first to a peer costs both ways", m.Count, sizeName(m.Bytes))}, ts, m.Bytes); err != nil {
+			return nil, err
+		}
+	}
 	if err := add(Bench{Name: "peer-all-pairs", GPUs: 2, Transport: "copy",
 		What: "the same as device copies over NVLink: NVLink per direction, both busy"},
 		[]ir.Tensor{tensor("a", allBytes, 0, 1), tensor("b", allBytes, 1, 0)}, allBytes); err != nil {
@@ -277,6 +292,9 @@ func Benches(gpus int) ([]Bench, error) {
 	}
 	return out, nil
 }
+
+// manyName is the name of a ManyOps bench.
+func manyName(count, bytes int64) string { return fmt.Sprintf("many-%dx%s", count, sizeName(bytes)) }
 
 // sizeName writes a power-of-two size compactly: "256KiB", "4MiB".
 func sizeName(n int64) string {

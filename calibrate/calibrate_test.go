@@ -22,10 +22,10 @@ func truth() *topo.Topology {
 	t.LatencyLocal = 2500 * units.Nanosecond
 	t.NVLink, t.NIC, t.NICLine = units.GBps(350), units.GBps(350), units.GBps(450)
 	t.Executor = topo.Executor{PackLong: 0.88, PackShort: 0.8, PackStage: 0.65, Quantize: 0.3, QuantizeGeneric: 0.12, BatchShared: 0.27, CopyShared: 0.26, NCCLBeside: 0.85}
-	t.Executor.Costs[topo.OneProcess] = topo.ExecCosts{PairRate: units.GBps(365), DuplexRate: units.GBps(610), DuplexStart: 120 * units.Microsecond, XferLatency: 6 * units.Microsecond,
+	t.Executor.Costs[topo.OneProcess] = topo.ExecCosts{PairRate: units.GBps(365), DuplexRate: units.GBps(610), DuplexStart: 120 * units.Microsecond, DuplexOpLatency: 12 * units.Microsecond, DuplexOpRate: units.GBps(1800), XferLatency: 6 * units.Microsecond,
 		GroupLatency: 4 * units.Microsecond, HostGroup: 5 * units.Microsecond, HostXfer: 2 * units.Microsecond, HostLaunch: 3 * units.Microsecond, HostEvent: 900 * units.Nanosecond,
 		StartLatency: 20 * units.Microsecond, BoxLatency: 2 * units.Microsecond, Ramp: []topo.RampPoint{{Bytes: 8 << 20}, {Bytes: 32 << 20, Extra: 9 * units.Microsecond}, {Bytes: 64 << 20, Extra: 25 * units.Microsecond}}}
-	t.Executor.Costs[topo.PerGPU] = topo.ExecCosts{PairRate: units.GBps(360), DuplexRate: units.GBps(640), DuplexStart: 90 * units.Microsecond, XferLatency: 9 * units.Microsecond,
+	t.Executor.Costs[topo.PerGPU] = topo.ExecCosts{PairRate: units.GBps(360), DuplexRate: units.GBps(640), DuplexStart: 90 * units.Microsecond, DuplexOpLatency: 9 * units.Microsecond, XferLatency: 9 * units.Microsecond,
 		GroupLatency: 7 * units.Microsecond, HostGroup: 8 * units.Microsecond, HostXfer: 1 * units.Microsecond, HostLaunch: 4 * units.Microsecond, HostEvent: 1200 * units.Nanosecond,
 		StartLatency: 30 * units.Microsecond, BoxLatency: 3 * units.Microsecond, CopyRate: units.GBps(330), Ramp: []topo.RampPoint{{Bytes: 8 << 20}, {Bytes: 32 << 20, Extra: 15 * units.Microsecond}, {Bytes: 64 << 20, Extra: 20 * units.Microsecond}}}
 	return t
@@ -120,6 +120,12 @@ func TestFitRecoversTheModel(t *testing.T) {
 		near("duplex_rate", float64(f.Costs.DuplexRate), float64(want.DuplexRate), 0.01)
 		near("duplex_start", float64(f.Costs.DuplexStart), float64(want.DuplexStart), 0.05)
 		near("nccl_beside", f.NCCLBeside, tp.Executor.NCCLBeside, 0.01)
+		near("duplex_op_latency", float64(f.Costs.DuplexOpLatency), float64(want.DuplexOpLatency), 0.03)
+		if want.DuplexOpRate > 0 {
+			near("duplex_op_rate", float64(f.Costs.DuplexOpRate), float64(want.DuplexOpRate), 0.03)
+		} else if f.Costs.DuplexOpRate > 1e15 || f.Costs.DuplexOpRate < 0 {
+			t.Errorf("%v: duplex_op_rate %v, the truth has no bytes term", launch, f.Costs.DuplexOpRate)
+		}
 		near("copy_shared", f.CopyShared, tp.Executor.CopyShared, 0.02)
 		near("latency_local", float64(f.LatencyLocal), float64(tp.LatencyLocal), 0.02)
 		// Copies between GPUs run at the launch mode's copy rate where it

@@ -3,6 +3,7 @@ package calibrate
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/m2n-project/m2n/model/scenario"
 	"github.com/m2n-project/m2n/model/topo"
@@ -385,7 +386,92 @@ func fitting(in Input) (*Fit, error) {
 		note("executor."+key(mode)+".ramp_extra("+sizeName(rp.Bytes)+")", fmtT(rp.Extra),
 			fmt.Sprintf("a group's cost in the %s stream - in the %s stream", sizeName(rp.Bytes), sizeName(StreamWaves[1])), g, "", "")
 	}
+	if err := f.fitDuplexOps(in, note); err != nil {
+		return nil, err
+	}
 	return f, f.check()
+}
+
+// fitDuplexOps fits what a send/recv after the first to a peer costs in a
+// group that goes both ways (duplex_op_latency, duplex_op_rate): the
+// ManyOps benches' medians against the model of the same benches with
+// every other constant fitted, per extra send/recv, at their two sizes.
+// Samples without those benches (an older m2n's) leave both 0.
+func (f *Fit) fitDuplexOps(in Input, note func(constant, value, fit string, s Sample, lo, hi string)) error {
+	var measured [2]units.Time
+	var samples [2]Sample
+	for k, m := range ManyOps {
+		s, ok := in.Samples[manyName(m.Count, m.Bytes)]
+		if !ok || len(s.Times) == 0 {
+			return nil
+		}
+		measured[k], samples[k] = median(s.Times), s
+	}
+	a, b := ManyOps[0], ManyOps[1]
+	bs, err := Benches(2)
+	if err != nil {
+		return err
+	}
+	// The extra per send/recv at each size, and the constants through them.
+	solve := func(extra [2]units.Time) {
+		f.Costs.DuplexOpLatency, f.Costs.DuplexOpRate = 0, 0
+		if extra[1] > extra[0] {
+			f.Costs.DuplexOpRate = units.Bandwidth(float64(b.Bytes-a.Bytes) / (extra[1] - extra[0]).Seconds())
+			f.Costs.DuplexOpLatency = max(0, extra[0]-units.Time(math.Round(float64(a.Bytes)/float64(f.Costs.DuplexOpRate)*1e12)))
+		} else {
+			f.Costs.DuplexOpLatency = max(0, (extra[0]+extra[1])/2)
+		}
+	}
+	// A send/recv's extra time overlaps the other direction's bytes, so
+	// the benches grow by less than their extras: correct each size's
+	// extra by what the model still misses, until it matches.
+	var extra [2]units.Time
+	for range 16 {
+		solve(extra)
+		done := true
+		for k, m := range ManyOps {
+			modeled, err := f.modelBench(in, bs, manyName(m.Count, m.Bytes))
+			if err != nil {
+				return err
+			}
+			miss := (measured[k] - modeled) / units.Time(m.Count-1)
+			if miss > 10 || miss < -10 {
+				done = false
+			}
+			extra[k] = max(0, extra[k]+miss)
+		}
+		if done {
+			break
+		}
+	}
+	solve(extra)
+	mode := in.Launch.String()
+	what := fmt.Sprintf("what makes the model with every other constant take %s's and %s's medians (%v, %v a send/recv after the first)",
+		manyName(a.Count, a.Bytes), manyName(b.Count, b.Bytes), extra[0], extra[1])
+	note("executor."+key(mode)+".duplex_op_latency", fmtT(f.Costs.DuplexOpLatency), what+": the intercept", samples[0], "", "")
+	if f.Costs.DuplexOpRate > 0 {
+		note("executor."+key(mode)+".duplex_op_rate", fmtBW(f.Costs.DuplexOpRate), what+": the slope", samples[1], "", "")
+	}
+	return nil
+}
+
+// modelBench is the time of bench name (of bs) in the model of the
+// constants fitted so far.
+func (f *Fit) modelBench(in Input, bs []Bench, name string) (units.Time, error) {
+	i := slices.IndexFunc(bs, func(b Bench) bool { return b.Name == name })
+	if i < 0 {
+		return 0, fmt.Errorf("no bench %s", name)
+	}
+	b := &bs[i]
+	tp := topology()
+	g := *f
+	g.Measurements = nil
+	Apply(tp, &g)
+	r, err := sim.Run(b.Schedule, tp, sim.Options{Exec: sim.Exec{Launch: in.Launch, Transport: b.Transport, Graph: b.Graph, WaveBytes: b.WaveBytes, NoBatch: b.NoBatch}})
+	if err != nil {
+		return 0, fmt.Errorf("bench %s, modeled: %w", name, err)
+	}
+	return r.Makespan, nil
 }
 
 // check refuses a fit whose rates are not finite and positive:

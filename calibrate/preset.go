@@ -36,6 +36,7 @@ func Apply(t *topo.Topology, f *Fit) {
 		// measured; the preset keeps its own, and their records.
 		old := x.Costs[f.Launch]
 		costs.PairRate, costs.DuplexRate, costs.DuplexStart, costs.CopyRate = old.PairRate, old.DuplexRate, old.DuplexStart, old.CopyRate
+		costs.DuplexOpLatency, costs.DuplexOpRate = old.DuplexOpLatency, old.DuplexOpRate
 		costs.XferLatency, costs.StartLatency, costs.GroupLatency = old.XferLatency, old.StartLatency, old.GroupLatency
 		costs.HostGroup, costs.HostXfer, costs.Ramp = old.HostGroup, old.HostXfer, slices.Clone(old.Ramp)
 	}
@@ -145,6 +146,12 @@ func constants(t *topo.Topology) []constant {
 		}
 		if c.DuplexStart > 0 { // 0: not measured (one size), not written
 			cs = append(cs, constant{sec, "duplex_start", fmtT(c.DuplexStart), 0})
+		}
+		if c.DuplexOpLatency > 0 {
+			cs = append(cs, constant{sec, "duplex_op_latency", fmtT(c.DuplexOpLatency), 0})
+		}
+		if c.DuplexOpRate > 0 {
+			cs = append(cs, constant{sec, "duplex_op_rate", fmtBW(c.DuplexOpRate), 0})
 		}
 		for _, p := range c.Ramp {
 			cs = append(cs, constant{sec, "ramp_extra(" + sizeName(p.Bytes) + ")", fmtT(p.Extra), p.Bytes})

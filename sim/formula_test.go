@@ -394,3 +394,51 @@ func TestModelDuplexStart(t *testing.T) {
 		}
 	}
 }
+
+// A send/recv after the first to its peer in a group that goes both ways
+// on its GPU starts duplex_op_latency plus its bytes at duplex_op_rate
+// later; in a group one way it does not.
+func TestModelDuplexOps(t *testing.T) {
+	const n = int64(8 << 20)
+	build := func(back bool) *ir.Schedule {
+		s := xfer(n)
+		s.Buffers = append(s.Buffers, ir.Buffer{ID: 2, Rank: 0, Kind: ir.Staging, Tensor: -1, Bytes: n}, ir.Buffer{ID: 3, Rank: 1, Kind: ir.Staging, Tensor: -1, Bytes: n})
+		snd := s.AddOp(ir.Op{Kind: ir.Send, Rank: 0, Peer: 1, Src: ir.Region{Buf: 2, Bytes: n}})
+		rcv := s.AddOp(ir.Op{Kind: ir.Recv, Rank: 1, Peer: 0, Dst: ir.Region{Buf: 3, Bytes: n}})
+		s.Ops[snd].Match, s.Ops[rcv].Match = rcv, snd
+		if back { // one byte the other way: the group goes both ways
+			s.Buffers = append(s.Buffers, ir.Buffer{ID: 4, Rank: 1, Kind: ir.Staging, Tensor: -1, Bytes: 1}, ir.Buffer{ID: 5, Rank: 0, Kind: ir.Staging, Tensor: -1, Bytes: 1})
+			snd := s.AddOp(ir.Op{Kind: ir.Send, Rank: 1, Peer: 0, Src: ir.Region{Buf: 4, Bytes: 1}})
+			rcv := s.AddOp(ir.Op{Kind: ir.Recv, Rank: 0, Peer: 1, Dst: ir.Region{Buf: 5, Bytes: 1}})
+			s.Ops[snd].Match, s.Ops[rcv].Match = rcv, snd
+		}
+		return s
+	}
+	for _, c := range []struct {
+		name string
+		back bool
+	}{{"one way", false}, {"both ways", true}} {
+		var span [2]units.Time
+		tp := machine()
+		for i, on := range []bool{false, true} {
+			x := tp.Executor.Costs[topo.OneProcess]
+			x.DuplexOpLatency, x.DuplexOpRate = 0, 0
+			if on {
+				x.DuplexOpLatency, x.DuplexOpRate = 13*units.Microsecond, units.GBps(2000)
+			}
+			tp.Executor.Costs[topo.OneProcess] = x
+			r, err := Run(build(c.back), tp, Options{Exec: Exec{Transport: "nccl"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			span[i] = r.Makespan
+		}
+		want := units.Time(0)
+		if c.back {
+			want = 13*units.Microsecond + seconds(n, units.GBps(2000))
+		}
+		if got := span[1] - span[0]; got != want {
+			t.Errorf("%s: the second send/recv costs %v more, want %v", c.name, got, want)
+		}
+	}
+}

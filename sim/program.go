@@ -417,8 +417,25 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 				ops := onStream[stream]
 				bar := ir.Op{Kind: ir.Copy, Rank: m.s.Ops[ops[0]].Rank, Peer: -1, Match: -1}
 				lat := costs.GroupLatency
-				if costs.DuplexStart > 0 && sendsAndReceives(m.s, ops) {
+				if sendsAndReceives(m.s, ops) {
 					lat += costs.DuplexStart
+					// Each send/recv after the first from this GPU to a
+					// peer costs more where the group goes both ways.
+					if costs.DuplexOpLatency > 0 || costs.DuplexOpRate > 0 {
+						sent := map[int32]bool{}
+						for _, id := range ops {
+							op := &m.s.Ops[id]
+							if op.Kind != ir.Send {
+								continue
+							}
+							if sent[op.Peer] {
+								extra := costs.DuplexOpAt(op.Src.Bytes)
+								m.lat[id] += extra
+								m.lat[op.Match] += extra
+							}
+							sent[op.Peer] = true
+						}
+					}
 				}
 				barrier[stream] = add(bar, 0, lat, 0, ops)
 				if d := p.Streams[stream].Dev; first < 0 || d < firstDev {

@@ -297,6 +297,15 @@ type ExecCosts struct {
 	// two directions' bytes start flowing at DuplexRate (the intercept of
 	// the duplex rate's fit over two sizes).
 	DuplexStart units.Time
+	// DuplexOpLatency and DuplexOpRate are what each NCCL send/recv after
+	// the first from a GPU to one peer in a group costs beyond the rest of
+	// the model, where that GPU both sends and receives in the group:
+	// DuplexOpLatency plus its bytes (up to DuplexOpTop) at DuplexOpRate
+	// (0: no bytes term).
+	// NCCL moves several send/recvs to a peer each way more slowly than
+	// one of their bytes.
+	DuplexOpLatency units.Time
+	DuplexOpRate    units.Bandwidth
 	// CopyRate is the rate of one device copy between two GPUs, per
 	// direction with both directions busy, as this launch mode's copies
 	// run (peer copies in one process, CUDA IPC between processes); 0
@@ -339,8 +348,25 @@ func (e *Executor) IsZero() bool {
 
 // IsZero reports whether no cost of the launch mode is set.
 func (c *ExecCosts) IsZero() bool {
-	return len(c.Ramp) == 0 && c.PairRate == 0 && c.DuplexRate == 0 && c.CopyRate == 0 && c.XferLatency == 0 && c.StartLatency == 0 && c.BoxLatency == 0 && c.DuplexStart == 0 &&
+	return len(c.Ramp) == 0 && c.PairRate == 0 && c.DuplexRate == 0 && c.CopyRate == 0 && c.XferLatency == 0 && c.StartLatency == 0 && c.BoxLatency == 0 && c.DuplexStart == 0 && c.DuplexOpLatency == 0 && c.DuplexOpRate == 0 &&
 		c.GroupLatency == 0 && c.HostGroup == 0 && c.HostXfer == 0 && c.HostLaunch == 0 && c.HostEvent == 0
+}
+
+// DuplexOpTop is the size from which a send/recv's extra time in a group
+// both ways (DuplexOpAt) stops growing: the larger of calibrate's benches
+// of it, beyond which nothing measured it (as the ramp is held beyond its
+// last point).
+const DuplexOpTop = 64 << 20
+
+// DuplexOpAt is the extra time of a send/recv of n bytes after the first
+// to its peer in a group that goes both ways on its GPU: DuplexOpLatency
+// plus its bytes, up to DuplexOpTop, at DuplexOpRate.
+func (c *ExecCosts) DuplexOpAt(n int64) units.Time {
+	t := c.DuplexOpLatency
+	if c.DuplexOpRate > 0 {
+		t += units.Time(math.Round(float64(min(n, DuplexOpTop)) / float64(c.DuplexOpRate) * 1e12))
+	}
+	return t
 }
 
 // RampPoint is the extra time of a send/recv of Bytes.
@@ -397,10 +423,13 @@ func (e *Executor) validate() []error {
 		if !(c.CopyRate >= 0) || math.IsInf(float64(c.CopyRate), 0) {
 			errs = append(errs, fmt.Errorf("%scopy_rate = %v: must be finite and not negative", name, c.CopyRate))
 		}
+		if !(c.DuplexOpRate >= 0) || math.IsInf(float64(c.DuplexOpRate), 0) {
+			errs = append(errs, fmt.Errorf("%sduplex_op_rate = %v: must be finite and not negative", name, c.DuplexOpRate))
+		}
 		for _, t := range []struct {
 			name string
 			v    units.Time
-		}{{"xfer_latency", c.XferLatency}, {"group_latency", c.GroupLatency}, {"host_group", c.HostGroup}, {"host_xfer", c.HostXfer}, {"host_launch", c.HostLaunch}, {"host_event", c.HostEvent}, {"start_latency", c.StartLatency}, {"box_latency", c.BoxLatency}, {"duplex_start", c.DuplexStart}} {
+		}{{"xfer_latency", c.XferLatency}, {"group_latency", c.GroupLatency}, {"host_group", c.HostGroup}, {"host_xfer", c.HostXfer}, {"host_launch", c.HostLaunch}, {"host_event", c.HostEvent}, {"start_latency", c.StartLatency}, {"box_latency", c.BoxLatency}, {"duplex_start", c.DuplexStart}, {"duplex_op_latency", c.DuplexOpLatency}} {
 			if t.v < 0 {
 				errs = append(errs, fmt.Errorf("%s%s = %v: must not be negative", name, t.name, t.v))
 			}
