@@ -256,6 +256,11 @@ func Benches(gpus int) ([]Bench, error) {
 		[]ir.Tensor{tensor("a", allBigBytes, 0, 1), tensor("b", allBigBytes, 1, 0)}, allBigBytes); err != nil {
 		return nil, err
 	}
+	if err := add(Bench{Name: "all-pairs-16MiB", GPUs: 2, Transport: "nccl", WaveBytes: -1,
+		What: "the same, 16 MiB each way: the start of a small group both ways (duplex_start_small)"},
+		[]ir.Tensor{tensor("a", topo.DuplexStartSmallBytes, 0, 1), tensor("b", topo.DuplexStartSmallBytes, 1, 0)}, topo.DuplexStartSmallBytes); err != nil {
+		return nil, err
+	}
 	if err := add(Bench{Name: "beside", GPUs: 2, Transport: "nccl", WaveBytes: -1, Profile: true,
 		What: "all-pairs beside a 1 GiB local copy on each GPU: NCCL's share of its rate beside a kernel, and the copy's rate on the blocks it is given"},
 		[]ir.Tensor{tensor("a", allBytes, 0, 1), tensor("b", allBytes, 1, 0), tensor("c0", copyBytes, 0, 0), tensor("c1", copyBytes, 1, 1)}, copyBytes); err != nil {

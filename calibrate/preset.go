@@ -36,7 +36,7 @@ func Apply(t *topo.Topology, f *Fit) {
 		// measured; the preset keeps its own, and their records.
 		old := x.Costs[f.Launch]
 		costs.PairRate, costs.DuplexRate, costs.DuplexStart, costs.CopyRate = old.PairRate, old.DuplexRate, old.DuplexStart, old.CopyRate
-		costs.DuplexOpLatency, costs.DuplexOpRate = old.DuplexOpLatency, old.DuplexOpRate
+		costs.DuplexOpLatency, costs.DuplexOpRate, costs.DuplexStartSmall = old.DuplexOpLatency, old.DuplexOpRate, old.DuplexStartSmall
 		costs.XferLatency, costs.StartLatency, costs.GroupLatency = old.XferLatency, old.StartLatency, old.GroupLatency
 		costs.HostGroup, costs.HostXfer, costs.Ramp = old.HostGroup, old.HostXfer, slices.Clone(old.Ramp)
 	}
@@ -146,6 +146,9 @@ func constants(t *topo.Topology) []constant {
 		}
 		if c.DuplexStart > 0 { // 0: not measured (one size), not written
 			cs = append(cs, constant{sec, "duplex_start", fmtT(c.DuplexStart), 0})
+		}
+		if c.DuplexStartSmall > 0 {
+			cs = append(cs, constant{sec, "duplex_start_small", fmtT(c.DuplexStartSmall), 0})
 		}
 		if c.DuplexOpLatency > 0 {
 			cs = append(cs, constant{sec, "duplex_op_latency", fmtT(c.DuplexOpLatency), 0})

@@ -361,36 +361,42 @@ func TestModelNCCLBesideEnds(t *testing.T) {
 	}
 }
 
-// A group that carries both directions on a GPU costs duplex_start more
-// there, one direction alone does not.
+// A group that carries both directions on a GPU costs its start more
+// there: duplex_start_small at 16 MiB each way, duplex_start at 256 MiB,
+// linearly in log size between (64 MiB: halfway); one direction alone
+// costs nothing more.
 func TestModelDuplexStart(t *testing.T) {
-	const n = int64(16 << 20)
-	one := xfer(n)
-	both := xfer(n)
-	both.Buffers = append(both.Buffers, ir.Buffer{ID: 2, Rank: 1, Kind: ir.Staging, Tensor: -1, Bytes: n}, ir.Buffer{ID: 3, Rank: 0, Kind: ir.Staging, Tensor: -1, Bytes: n})
-	snd := both.AddOp(ir.Op{Kind: ir.Send, Rank: 1, Peer: 0, Src: ir.Region{Buf: 2, Bytes: n}})
-	rcv := both.AddOp(ir.Op{Kind: ir.Recv, Rank: 0, Peer: 1, Dst: ir.Region{Buf: 3, Bytes: n}})
-	both.Ops[snd].Match, both.Ops[rcv].Match = rcv, snd
-	const d = 50 * units.Microsecond
 	for _, c := range []struct {
-		name string
-		s    *ir.Schedule
+		n    int64
+		back bool
 		more units.Time
-	}{{"one way", one, 0}, {"both ways", both, d}} {
+	}{
+		{16 << 20, false, 0}, {16 << 20, true, 10 * units.Microsecond}, {64 << 20, true, 30 * units.Microsecond},
+		{256 << 20, true, 50 * units.Microsecond}, {1 << 30, true, 50 * units.Microsecond}, {256 << 20, false, 0},
+	} {
+		s := xfer(c.n)
+		if c.back {
+			s.Buffers = append(s.Buffers, ir.Buffer{ID: 2, Rank: 1, Kind: ir.Staging, Tensor: -1, Bytes: c.n}, ir.Buffer{ID: 3, Rank: 0, Kind: ir.Staging, Tensor: -1, Bytes: c.n})
+			snd := s.AddOp(ir.Op{Kind: ir.Send, Rank: 1, Peer: 0, Src: ir.Region{Buf: 2, Bytes: c.n}})
+			rcv := s.AddOp(ir.Op{Kind: ir.Recv, Rank: 0, Peer: 1, Dst: ir.Region{Buf: 3, Bytes: c.n}})
+			s.Ops[snd].Match, s.Ops[rcv].Match = rcv, snd
+		}
 		var span [2]units.Time
-		for i, start := range []units.Time{0, d} {
+		for i, on := range []bool{false, true} {
 			tp := machine()
 			x := tp.Executor.Costs[topo.OneProcess]
-			x.DuplexStart = start
+			if on {
+				x.DuplexStart, x.DuplexStartSmall = 50*units.Microsecond, 10*units.Microsecond
+			}
 			tp.Executor.Costs[topo.OneProcess] = x
-			r, err := Run(c.s, tp, Options{Exec: Exec{Transport: "nccl"}})
+			r, err := Run(s, tp, Options{Exec: Exec{Transport: "nccl"}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			span[i] = r.Makespan
 		}
 		if got := span[1] - span[0]; got != c.more {
-			t.Errorf("%s: duplex_start of %v costs %v more, want %v", c.name, d, got, c.more)
+			t.Errorf("%s, both ways %v: the group's start costs %v more, want %v", units.Bytes(c.n).Human(), c.back, got, c.more)
 		}
 	}
 }

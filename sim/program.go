@@ -417,8 +417,9 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 				ops := onStream[stream]
 				bar := ir.Op{Kind: ir.Copy, Rank: m.s.Ops[ops[0]].Rank, Peer: -1, Match: -1}
 				lat := costs.GroupLatency
-				if sendsAndReceives(m.s, ops) {
-					lat += costs.DuplexStart
+				if !opt.Loopback && sendsAndReceives(m.s, ops) {
+					// Measured between two GPUs: not NCCL within one.
+					lat += costs.DuplexStartAt(eachWay(m.s, ops))
 					// Each send/recv after the first from this GPU to a
 					// peer costs more where the group goes both ways.
 					if costs.DuplexOpLatency > 0 || costs.DuplexOpRate > 0 {
@@ -462,6 +463,21 @@ func sendsAndReceives(s *ir.Schedule, ops []int32) bool {
 		rcv = rcv || s.Ops[o].Kind == ir.Recv
 	}
 	return snd && rcv
+}
+
+// eachWay is what a stream's transfers in a group move each way: the
+// more of its sends' bytes and its receives'.
+func eachWay(s *ir.Schedule, ops []int32) int64 {
+	var snd, rcv int64
+	for _, o := range ops {
+		switch op := &s.Ops[o]; op.Kind {
+		case ir.Send:
+			snd += op.Src.Bytes
+		case ir.Recv:
+			rcv += op.Dst.Bytes
+		}
+	}
+	return max(snd, rcv)
 }
 
 // onFewBlocks reports whether the executor copies a local op with its

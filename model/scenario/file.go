@@ -75,6 +75,7 @@ type ExecCostsSpec struct {
 	XferLatency  *units.Time      `toml:"xfer_latency"`
 	GroupLatency *units.Time      `toml:"group_latency"`
 	DuplexStart  *units.Time      `toml:"duplex_start"`
+	DuplexSmall  *units.Time      `toml:"duplex_start_small"`
 	DuplexOpLat  *units.Time      `toml:"duplex_op_latency"`
 	DuplexOpRate *units.Bandwidth `toml:"duplex_op_rate"`
 	HostGroup    *units.Time      `toml:"host_group"`

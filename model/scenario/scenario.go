@@ -689,6 +689,7 @@ func applyTopology(t *topo.Topology, ts TopologySpec) error {
 			setT(&xc.XferLatency, c.XferLatency)
 			setT(&xc.GroupLatency, c.GroupLatency)
 			setT(&xc.DuplexStart, c.DuplexStart)
+			setT(&xc.DuplexStartSmall, c.DuplexSmall)
 			setT(&xc.DuplexOpLatency, c.DuplexOpLat)
 			setBW(&xc.DuplexOpRate, c.DuplexOpRate)
 			setT(&xc.HostGroup, c.HostGroup)

@@ -297,6 +297,11 @@ type ExecCosts struct {
 	// two directions' bytes start flowing at DuplexRate (the intercept of
 	// the duplex rate's fit over two sizes).
 	DuplexStart units.Time
+	// DuplexStartSmall is the same start for a group of DuplexStartSmallBytes
+	// each way on the GPU (DuplexStart is a group of DuplexStartBytes'); in
+	// between the start goes linearly in log size, and it is held beyond
+	// either.
+	DuplexStartSmall units.Time
 	// DuplexOpLatency and DuplexOpRate are what each NCCL send/recv after
 	// the first from a GPU to one peer in a group costs beyond the rest of
 	// the model, where that GPU both sends and receives in the group:
@@ -348,8 +353,29 @@ func (e *Executor) IsZero() bool {
 
 // IsZero reports whether no cost of the launch mode is set.
 func (c *ExecCosts) IsZero() bool {
-	return len(c.Ramp) == 0 && c.PairRate == 0 && c.DuplexRate == 0 && c.CopyRate == 0 && c.XferLatency == 0 && c.StartLatency == 0 && c.BoxLatency == 0 && c.DuplexStart == 0 && c.DuplexOpLatency == 0 && c.DuplexOpRate == 0 &&
+	return len(c.Ramp) == 0 && c.PairRate == 0 && c.DuplexRate == 0 && c.CopyRate == 0 && c.XferLatency == 0 && c.StartLatency == 0 && c.BoxLatency == 0 && c.DuplexStart == 0 && c.DuplexStartSmall == 0 && c.DuplexOpLatency == 0 && c.DuplexOpRate == 0 &&
 		c.GroupLatency == 0 && c.HostGroup == 0 && c.HostXfer == 0 && c.HostLaunch == 0 && c.HostEvent == 0
+}
+
+// The sizes each way of calibrate's duplex benches that DuplexStart and
+// DuplexStartSmall are measured at.
+const (
+	DuplexStartBytes      = 256 << 20
+	DuplexStartSmallBytes = 16 << 20
+)
+
+// DuplexStartAt is the start of a group that moves b bytes each way (the
+// more of its sends and its receives) on a GPU that both sends and
+// receives in it.
+func (c *ExecCosts) DuplexStartAt(b int64) units.Time {
+	switch {
+	case b >= DuplexStartBytes:
+		return c.DuplexStart
+	case b <= DuplexStartSmallBytes:
+		return c.DuplexStartSmall
+	}
+	f := (math.Log2(float64(b)) - math.Log2(DuplexStartSmallBytes)) / (math.Log2(DuplexStartBytes) - math.Log2(DuplexStartSmallBytes))
+	return c.DuplexStartSmall + units.Time(math.Round(f*float64(c.DuplexStart-c.DuplexStartSmall)))
 }
 
 // DuplexOpTop is the size from which a send/recv's extra time in a group
@@ -429,7 +455,7 @@ func (e *Executor) validate() []error {
 		for _, t := range []struct {
 			name string
 			v    units.Time
-		}{{"xfer_latency", c.XferLatency}, {"group_latency", c.GroupLatency}, {"host_group", c.HostGroup}, {"host_xfer", c.HostXfer}, {"host_launch", c.HostLaunch}, {"host_event", c.HostEvent}, {"start_latency", c.StartLatency}, {"box_latency", c.BoxLatency}, {"duplex_start", c.DuplexStart}, {"duplex_op_latency", c.DuplexOpLatency}} {
+		}{{"xfer_latency", c.XferLatency}, {"group_latency", c.GroupLatency}, {"host_group", c.HostGroup}, {"host_xfer", c.HostXfer}, {"host_launch", c.HostLaunch}, {"host_event", c.HostEvent}, {"start_latency", c.StartLatency}, {"box_latency", c.BoxLatency}, {"duplex_start", c.DuplexStart}, {"duplex_start_small", c.DuplexStartSmall}, {"duplex_op_latency", c.DuplexOpLatency}} {
 			if t.v < 0 {
 				errs = append(errs, fmt.Errorf("%s%s = %v: must not be negative", name, t.name, t.v))
 			}
