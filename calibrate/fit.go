@@ -414,6 +414,9 @@ func (f *Fit) fitDuplexStartSmall(in Input, note func(constant, value, fit strin
 		return err
 	}
 	f.Costs.DuplexStartSmall = max(0, median(s.Times)-modeled)
+	if f.Costs.DuplexStartSmall == 0 {
+		return nil // unset means 0: no record of a constant not written
+	}
 	note("executor."+key(in.Launch.String())+".duplex_start_small", fmtT(f.Costs.DuplexStartSmall),
 		fmt.Sprintf("median of all-pairs-16MiB - the model of it with every other constant (%v)", modeled), s, "", "")
 	return nil
@@ -475,7 +478,9 @@ func (f *Fit) fitDuplexOps(in Input, note func(constant, value, fit string, s Sa
 	mode := in.Launch.String()
 	what := fmt.Sprintf("what makes the model with every other constant take %s's and %s's medians (%v, %v a send/recv after the first)",
 		manyName(a.Count, a.Bytes), manyName(b.Count, b.Bytes), extra[0], extra[1])
-	note("executor."+key(mode)+".duplex_op_latency", fmtT(f.Costs.DuplexOpLatency), what+": the intercept", samples[0], "", "")
+	if f.Costs.DuplexOpLatency > 0 { // unset means 0: no record of a constant not written
+		note("executor."+key(mode)+".duplex_op_latency", fmtT(f.Costs.DuplexOpLatency), what+": the intercept", samples[0], "", "")
+	}
 	if f.Costs.DuplexOpRate > 0 {
 		note("executor."+key(mode)+".duplex_op_rate", fmtBW(f.Costs.DuplexOpRate), what+": the slope", samples[1], "", "")
 	}
