@@ -247,9 +247,12 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 					}
 				}
 				id := add(op, clock[proc(d)], lw, coef, ds)
-				if beside && op.Kind != ir.Quantize && (st.Batch != nil || onFewBlocks(&op)) {
+				if beside && st.Batch == nil && onFewBlocks(&op) {
 					// NCCL on its GPU keeps a share of its rate while the
-					// kernel runs (a batch, or a copy on few blocks).
+					// copy runs on its few blocks (the kernel nccl_beside
+					// is measured beside; batches are not counted: held
+					// out, moe-2gpu's batches of whole tensors left NCCL at
+					// its rate while dense-2gpu's packs slowed it).
 					m.beside[id] = x.NCCLBeside
 				}
 				if op.Kind == ir.Quantize {

@@ -206,7 +206,7 @@ func (t *Topology) Describe() string {
 		}
 		beside := ""
 		if e.CopyShared > 0 || e.NCCLBeside > 0 {
-			beside = fmt.Sprintf(", a local copy beside NCCL at %.2f of memory; NCCL at %.2f of its rate beside either", e.CopyShared, e.NCCLBeside)
+			beside = fmt.Sprintf(", a local copy beside NCCL at %.2f of memory; NCCL at %.2f of its rate beside it", e.CopyShared, e.NCCLBeside)
 		}
 		fmt.Fprintf(&b, "executor: pack/unpack at %.2f/%.2f/%.2f of memory (long/short/staged rows), quantize at %.2f%s, a batch beside NCCL at %.2f of its rate%s\n", e.PackLong, e.PackShort, e.PackStage, e.Quantize, gen, e.BatchShared, beside)
 		for l, c := range e.Costs {
@@ -273,12 +273,10 @@ type Executor struct {
 	// of Memory; 0 means 1.
 	CopyShared float64
 	// NCCLBeside is the share of their own rate NCCL's transfers keep on
-	// a GPU while a kernel runs there beside them (waves mode): measured
-	// beside such a copy, and taken alike for a batch kernel on its shared
-	// grid (both move about the same bytes a second: CopyShared and
-	// BatchShared). The model holds the GPU's NCCL channels and ports at
-	// that share of their capacity while such a kernel runs. 0 means 1
-	// (not slowed).
+	// a GPU while such a copy runs there beside them (waves mode): the
+	// model holds the GPU's NCCL channels and ports at that share of their
+	// capacity while it runs. Batch kernels are not counted (not measured
+	// beside NCCL). 0 means 1 (not slowed).
 	NCCLBeside float64
 	// Costs by launch mode, indexed by Launch.
 	Costs [2]ExecCosts
