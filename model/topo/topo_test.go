@@ -149,3 +149,25 @@ func TestRampAt(t *testing.T) {
 		t.Errorf("a negative cost and a descending ramp: %v", err)
 	}
 }
+
+// A send/recv's extra time in a group both ways grows with its bytes up to
+// DuplexOpTop and is held there; a group's start goes linearly in log size
+// between its two measured sizes.
+func TestDuplexCostsBySize(t *testing.T) {
+	c := ExecCosts{DuplexOpLatency: 5 * units.Microsecond, DuplexOpRate: units.GBps(1000), DuplexStart: 40 * units.Microsecond, DuplexStartSmall: 10 * units.Microsecond}
+	at := func(n int64) units.Time { return c.DuplexOpAt(n) }
+	if at(DuplexOpTop) <= at(DuplexOpTop/2) || at(4*DuplexOpTop) != at(DuplexOpTop) {
+		t.Errorf("duplex op extra: %v at %d, %v at half, %v at 4x: want growth up to DuplexOpTop, flat beyond", at(DuplexOpTop), DuplexOpTop, at(DuplexOpTop/2), at(4*DuplexOpTop))
+	}
+	if got, want := at(DuplexOpTop)-at(0), units.Time(DuplexOpTop); got != want { // 1000 GB/s: a byte a picosecond
+		t.Errorf("duplex op extra: %v for %d bytes at 1000 GB/s, want %v", got, DuplexOpTop, want)
+	}
+	for _, p := range []struct {
+		b    int64
+		want units.Time
+	}{{1 << 20, 10 * units.Microsecond}, {DuplexStartSmallBytes, 10 * units.Microsecond}, {64 << 20, 25 * units.Microsecond}, {DuplexStartBytes, 40 * units.Microsecond}, {4 << 30, 40 * units.Microsecond}} {
+		if got := c.DuplexStartAt(p.b); got != p.want {
+			t.Errorf("duplex start at %d bytes: %v, want %v", p.b, got, p.want)
+		}
+	}
+}
