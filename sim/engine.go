@@ -36,6 +36,9 @@ type Options struct {
 	// duplex, set by the executor model, adds each GPU's NCCL channels
 	// as a resource of this capacity that NCCL transfers hold at both ends.
 	duplex units.Bandwidth
+	// lanes, set by the executor model, adds a resource per lane whose
+	// batch kernels run beside NCCL (opCosts.lane names it per op).
+	lanes []laneSpec
 	// NoSymmetry simulates every flow, even where the schedule's symmetry
 	// lets the simulator run one per class of flows alike and expand the
 	// result (symmetry.go); the result is the same, bit for bit, slower.
@@ -85,6 +88,10 @@ const (
 	// NCCLChannels is a GPU's NCCL send plus receive rate (the executor
 	// model with NCCL transfers, topo.ExecCosts.DuplexRate).
 	NCCLChannels = "nccl-channels"
+	// BatchLane is the share of a GPU a lane's batch kernels run on beside
+	// NCCL kernels (the executor model in waves mode: their thread blocks,
+	// topo.Executor.BatchShared of the GPU's memory rate).
+	BatchLane = "batch-lane"
 )
 
 // Resource is one shared capacity of the simulated machine.
@@ -161,6 +168,12 @@ func Run(s *ir.Schedule, tp *topo.Topology, opt Options) (*Result, error) {
 	return run(s, tp, opt, nil)
 }
 
+// laneSpec is a lane's batch-kernel resource: its GPU and capacity.
+type laneSpec struct {
+	GPU      int
+	Capacity units.Bandwidth
+}
+
 // opCosts is what the executor model (runProgram) sets per op of the
 // schedule it simulates: when the host has issued it, its start latency
 // (negative: its path class's) and its memory coefficient (0: 2, a copy's
@@ -173,6 +186,9 @@ type opCosts struct {
 	// NCCL transfers keep on the op's GPU while it runs there (a kernel
 	// beside NCCL's); nil: none.
 	beside []float64
+	// lane is, per op, the lane resource (Options.lanes) it also holds,
+	// with its memory coefficient; -1 or nil: none.
+	lane []int32
 }
 
 // engineFunc runs the flow engine on a schedule (x: the executor model's
@@ -237,7 +253,7 @@ func engineWith(newSolver func(capacity []u128) solver) engineFunc {
 					return nil, fmt.Errorf("op %d: memory coefficient %g outside the simulator's range [%g, %g]", i, c, minCoef, maxCoef)
 				}
 			}
-			e.rel, e.lat1, e.coef = x.rel, x.lat, x.coef
+			e.rel, e.lat1, e.coef, e.lane = x.rel, x.lat, x.coef, x.lane
 			for i, b := range x.beside {
 				if b != 0 && !(b > 0 && b <= 1) {
 					return nil, fmt.Errorf("op %d: NCCL's share beside it %g outside (0, 1]", i, b)
@@ -270,6 +286,7 @@ type engine struct {
 	nicI   [][]int32
 	mem    []int32
 	nccl   []int32 // per GPU, its NCCL channels; nil unless modeled
+	lanes  []int32 // per lane (Options.lanes), its resource
 	fabUp  map[int]int32
 	fabDn  map[int]int32
 	lat    [3]units.Time
@@ -330,6 +347,7 @@ type engine struct {
 	rel  []units.Time
 	lat1 []units.Time
 	coef []float64
+	lane []int32
 	// beside (opCosts.beside), and per GPU (index): the shares of the
 	// local flows running there that slow its NCCL transfers, the share
 	// its NCCL resources are at (0 before the first: 1), and those
@@ -436,6 +454,9 @@ func newEngine(s *ir.Schedule, tp *topo.Topology, opt Options, newSolver func(ca
 		}
 		e.rankG[int32(r.Rank)] = e.gpuIdx[g]
 	}
+	for k, l := range opt.lanes {
+		e.lanes = append(e.lanes, add(Resource{fmt.Sprintf("gpu%d/batch-lane%d", l.GPU, k), BatchLane, l.GPU, l.GPU / tp.GPUsPerDomain, l.Capacity}))
+	}
 	caps := make([]u128, len(e.res))
 	for i, r := range e.res {
 		c := float64(r.Capacity) * 1e-12
@@ -469,7 +490,7 @@ func (e *engine) run() (*Result, error) {
 			e.totalFlows++
 		}
 	}
-	if !e.record && !e.opt.NoSymmetry && e.nops >= symMinOps {
+	if !e.record && !e.opt.NoSymmetry && len(e.opt.lanes) == 0 && e.nops >= symMinOps {
 		sym := e.findSymmetry()
 		if sym != nil && len(sym.urep)*symGain <= sym.units {
 			e.quotient(sym)
@@ -665,6 +686,10 @@ func (e *engine) spec(a, b int32) flowRec {
 			coef = e.coef[a]
 		}
 		f.hold(e.mem[g], coef)
+		if e.lane != nil && e.lane[a] >= 0 {
+			// A batch kernel on its lane's share of the GPU.
+			f.hold(e.lanes[e.lane[a]], coef)
+		}
 		f.bytes = op.Src.Bytes
 		if op.Kind == ir.Quantize { // reads its source once, writes fp8 and scales
 			c := 1.0
@@ -1059,7 +1084,7 @@ func (e *engine) push(ev event) {
 
 // ByClass sums resource stats per class, in a fixed order.
 func ByClass(rs []ResourceStat) []ResourceStat {
-	order := []string{NICEgress, NICIngress, NVLinkEgress, NVLinkIngress, Memory, FabricUp, FabricDown, NCCLChannels}
+	order := []string{NICEgress, NICIngress, NVLinkEgress, NVLinkIngress, Memory, FabricUp, FabricDown, NCCLChannels, BatchLane}
 	sum := map[string]*ResourceStat{}
 	for _, r := range rs {
 		s, ok := sum[r.Class]

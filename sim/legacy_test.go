@@ -36,7 +36,7 @@ func legacyEngineRun(perturb bool) engineFunc {
 		}
 		e.perturb = perturb
 		if x != nil {
-			e.rel, e.lat1, e.coef = x.rel, x.lat, x.coef
+			e.rel, e.lat1, e.coef, e.lane = x.rel, x.lat, x.coef, x.lane
 		}
 		return e.runAll()
 	}
@@ -60,6 +60,7 @@ type legacyEngine struct {
 	nicI   [][]int32
 	mem    []int32
 	nccl   []int32 // per GPU, its NCCL channels; nil unless modeled
+	lanes  []int32 // per lane (Options.lanes), its resource
 	fabUp  map[int]int32
 	fabDn  map[int]int32
 	lat    [3]units.Time
@@ -96,6 +97,7 @@ type legacyEngine struct {
 	// coefficient (0: 2, a copy's read and write); nil otherwise.
 	rel  []units.Time
 	lat1 []units.Time
+	lane []int32
 	coef []float64
 }
 
@@ -185,6 +187,9 @@ func legacyNewEngine(s *ir.Schedule, tp *topo.Topology, opt Options, newSolver f
 			}
 		}
 		e.rankG[int32(r.Rank)] = e.gpuIdx[g]
+	}
+	for k, l := range opt.lanes {
+		e.lanes = append(e.lanes, add(Resource{fmt.Sprintf("gpu%d/batch-lane%d", l.GPU, k), BatchLane, l.GPU, l.GPU / tp.GPUsPerDomain, l.Capacity}))
 	}
 	caps := make([]float64, len(e.res))
 	for i, r := range e.res {
@@ -338,6 +343,9 @@ func (e *legacyEngine) newFlow(a, b int32) {
 			coef = e.coef[a]
 		}
 		f.hold(e.mem[g], coef)
+		if e.lane != nil && e.lane[a] >= 0 {
+			f.hold(e.lanes[e.lane[a]], coef)
+		}
 		f.bytes = float64(op.Src.Bytes)
 		if op.Kind == ir.Quantize { // reads its source once, writes fp8 and scales
 			f.coef[0] = 1

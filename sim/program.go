@@ -32,6 +32,10 @@ type modeled struct {
 	// beside is, per local op, the share of their rate NCCL transfers keep
 	// on its GPU while it runs (0: not slowed; opCosts.beside).
 	beside []float64
+	// lane is, per op, the lane resource of a batch member beside NCCL
+	// (-1: none), and lanes those resources.
+	lane  []int32
+	lanes []laneSpec
 	// of maps each op of the original schedule to its op here.
 	of []int32
 	// groups is the NCCL groups the program issues (0 with copies).
@@ -137,7 +141,7 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 	started := map[int]bool{}          // NCCL streams that have run a transfer
 	add := func(op ir.Op, rel, lat units.Time, coef float64, deps []int32) int32 {
 		id := m.s.AddOp(op, slices.Compact(slices.Sorted(slices.Values(deps)))...)
-		m.rel, m.lat, m.coef, m.beside = append(m.rel, rel), append(m.lat, lat), append(m.coef, coef), append(m.beside, 0)
+		m.rel, m.lat, m.coef, m.beside, m.lane = append(m.rel, rel), append(m.lat, lat), append(m.coef, coef), append(m.beside, 0), append(m.lane, -1)
 		return id
 	}
 	// deps maps the dependencies of original ops to ops here.
@@ -151,6 +155,21 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 			}
 		}
 		return out
+	}
+	// A stream's batch kernels beside NCCL's run on its lane's share of
+	// its GPU: one resource per stream that runs one, at batch_shared of
+	// the memory rate (a batch alone there moves its bytes at that share
+	// of its own rate; it takes memory from no one else beyond its
+	// bytes).
+	laneIdx := map[int]int32{}
+	laneOf := func(stream int) int32 {
+		if k, ok := laneIdx[stream]; ok {
+			return k
+		}
+		k := int32(len(m.lanes))
+		laneIdx[stream] = k
+		m.lanes = append(m.lanes, laneSpec{GPU: p.Streams[stream].Dev, Capacity: units.Bandwidth(x.BatchShared * float64(tp.Memory))})
+		return k
 	}
 	// Kernels beside NCCL's (waves mode); NCCL slowed by them on GPUs of
 	// their own (not in loopback).
@@ -235,11 +254,8 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 				} else {
 					coef = packRate(program.ClassOf(s, &op))
 					// A batch beside NCCL kernels runs on the grid they
-					// leave it (waves mode): its copies at that share of
-					// their rate.
-					if waves && st.Batch != nil && x.BatchShared > 0 {
-						coef /= x.BatchShared
-					}
+					// leave it (waves mode): its copies share their lane's
+					// resource, batch_shared of the memory rate, below.
 					// A long contiguous copy alone runs on a few blocks
 					// there (native's LocalCopyBlocks), at its own rate.
 					if waves && st.Batch == nil && onFewBlocks(&op) && x.CopyShared > 0 {
@@ -247,6 +263,9 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 					}
 				}
 				id := add(op, clock[proc(d)], lw, coef, ds)
+				if waves && st.Batch != nil && x.BatchShared > 0 && op.Kind != ir.Quantize {
+					m.lane[id] = laneOf(st.Stream)
+				}
 				if beside && st.Batch == nil && onFewBlocks(&op) {
 					// NCCL on its GPU keeps a share of its rate while the
 					// copy runs on its few blocks (the kernel nccl_beside
@@ -523,7 +542,8 @@ func runProgram(s *ir.Schedule, tp *topo.Topology, opt Options, eng engineFunc) 
 		// The barriers' ends, from the timeline (which turns symmetry off).
 		opt.Timeline = true
 	}
-	r, err := eng(m.s, tp, opt, &opCosts{rel: m.rel, lat: m.lat, coef: m.coef, beside: m.beside})
+	opt.lanes = m.lanes
+	r, err := eng(m.s, tp, opt, &opCosts{rel: m.rel, lat: m.lat, coef: m.coef, beside: m.beside, lane: m.lane})
 	if err != nil {
 		return nil, err
 	}
