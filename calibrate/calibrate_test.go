@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/m2n-project/m2n/model/layout"
@@ -257,5 +259,24 @@ func TestPresetRoundTrip(t *testing.T) {
 	}
 	if again.String() != buf.String() {
 		t.Errorf("rewritten preset differs:\n%s\nvs\n%s", again.String(), buf.String())
+	}
+}
+
+// A beside bench whose copy did not outlast NCCL gives neither
+// copy_shared nor nccl_beside, and says so, instead of failing the fit.
+func TestBesideCopyTooShort(t *testing.T) {
+	in := measure(t, truth(), topo.OneProcess)
+	s := in.Samples["beside"]
+	s.GroupEnd = s.Times[0] // NCCL ended with the iteration
+	in.Samples["beside"] = s
+	f, err := Fitting(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.NCCLBeside != 0 || f.CopyShared != 0 {
+		t.Errorf("nccl_beside %g, copy_shared %g from a copy that did not outlast NCCL", f.NCCLBeside, f.CopyShared)
+	}
+	if !slices.ContainsFunc(f.Notes, func(n string) bool { return strings.Contains(n, "bench beside") }) {
+		t.Errorf("no note says why: %q", f.Notes)
 	}
 }
