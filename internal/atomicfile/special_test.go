@@ -3,6 +3,7 @@
 package atomicfile
 
 import (
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -74,8 +75,11 @@ func TestWriteFIFO(t *testing.T) {
 				got <- err.Error()
 				return
 			}
-			defer f.Close()
 			b, err := io.ReadAll(f)
+			// Closed before the result is sent: a reader still open when
+			// the next round's writer opens the FIFO would take its
+			// bytes with it when it closes.
+			err = errors.Join(err, f.Close())
 			if err != nil {
 				got <- err.Error()
 				return
