@@ -62,11 +62,18 @@ func TestExecutorOnFake(t *testing.T) {
 			t.Error("no random schedule ran a batch of local ops")
 		}
 	}()
+	inStep := 0 // pushed steps whose receives wait only for each other
+	defer func() {
+		if inStep == 0 {
+			t.Error("no random schedule pushed a step whose receives depend on each other: the ready flag it skips went untested")
+		}
+	}()
 	for i := range 80 {
 		s := schedtest.Random(t, rng)
 		if reusesStaging(s) {
 			shared++
 		}
+		inStep += recvsWaitingInStep(t, s)
 		for _, opt := range []Options{
 			{Backend: Loopback, Settings: program.Settings{Transport: TransportCopy, Lanes: 1 + rng.IntN(4)}, Iters: 1},
 			{Backend: Loopback, Settings: program.Settings{Transport: TransportNCCL, Lanes: 1 + rng.IntN(4)}, Iters: 1},
@@ -90,6 +97,31 @@ func TestExecutorOnFake(t *testing.T) {
 			}
 		}
 	}
+}
+
+// recvsWaitingInStep counts the transfer steps of s's pushed program (one
+// process a rank) whose receives depend on other receives of the same step
+// and on nothing else of their rank: steps that skip the ready flag.
+func recvsWaitingInStep(t *testing.T, s *ir.Schedule) int {
+	t.Helper()
+	p, err := program.Compile(s, program.Options{Dev: func(r int32) int { return int(r) }, Lanes: 1, Mode: program.Streams, Comms: 1, Push: true})
+	if err != nil {
+		return 0 // not a pushable program
+	}
+	n := 0
+	for k := range p.Steps {
+		st := &p.Steps[k]
+		if st.Kind != program.Xfer || st.WaitsForReceiver(s) {
+			continue
+		}
+		for _, snd := range append([]int32{st.Op}, st.Merged...) {
+			if len(s.Deps(s.Ops[snd].Match)) > 0 {
+				n++
+				break
+			}
+		}
+	}
+	return n
 }
 
 // reusesStaging reports whether two arena buffers of one rank overlap.

@@ -77,11 +77,16 @@ type Step struct {
 
 // WaitsForReceiver reports whether a receive of transfer step st of s (its
 // send's or a merged one's) waits for work of its own rank: a transfer
-// pushed by its sender then waits for a ready flag the receiver sets.
+// pushed by its sender then waits for a ready flag the receiver sets. A
+// receive's dependency on another receive of the same step is not such
+// work: the step's one copy lands them both.
 func (st *Step) WaitsForReceiver(s *ir.Schedule) bool {
-	for _, snd := range append([]int32{st.Op}, st.Merged...) {
-		if len(s.Deps(s.Ops[snd].Match)) > 0 {
-			return true
+	sends := append([]int32{st.Op}, st.Merged...)
+	for _, snd := range sends {
+		for _, d := range s.Deps(s.Ops[snd].Match) {
+			if o := &s.Ops[d]; o.Kind != ir.Recv || !slices.Contains(sends, o.Match) {
+				return true
+			}
 		}
 	}
 	return false
