@@ -12,7 +12,8 @@ each preset's model and error (modeled / measured - 1), and the spread of
 the presets' predictions ((max - min) / min). Every record is a row; a
 record without a measurement says why. Then the tally, and the same by
 class of run (transport, launch mode, route family; loopback and fp8-2gpu
-apart): within +-10% (preset 1), spread within 3%, preset 1's errors."""
+apart): within +-10% (preset 1), spread within 3%, preset 1's errors;
+and each preset's rows within 10% and 15%."""
 import glob
 import json
 import os
@@ -65,6 +66,7 @@ def main(out):
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     tally = {"rows": 0, "within 10%": 0, "spread within 3%": 0, "no measurement": 0, "no prediction": 0}
+    by_preset = [[0, 0] for _ in presets]  # per preset: rows within 10%, within 15%
     classes = {}  # class -> [runs, within 10%, spread within 3%, errors]
     for path in sorted(glob.glob(os.path.join(out, "*.json"))):
         name = os.path.basename(path)[:-5]
@@ -103,6 +105,11 @@ def main(out):
                 else:
                     cells.append("- " + (err or "")[:40])
             spread = (max(models) - min(models)) / min(models) if len(models) > 1 else 0
+            for k, p in enumerate(presets):
+                v, _ = predict(p, args or [], r["route"], point, r.get("launch", "one-process"), r.get("transport", "nccl"), cache)
+                if v:
+                    by_preset[k][0] += abs(v / m - 1) <= 0.10
+                    by_preset[k][1] += abs(v / m - 1) <= 0.15
             if not models:
                 tally["no prediction"] += 1
             else:
@@ -118,6 +125,7 @@ def main(out):
             print(f"| {name} | {label} | {r['route']} | {r.get('launch', '')} | {r.get('transport', '')} | {m * 1e3:.3f} ms | " + " | ".join(cells) + f" | {100 * spread:.1f}% |")
     print()
     print(", ".join(f"{k}: {v}" for k, v in tally.items()) + f" (of {tally['rows']} rows; within 10%: preset 1's error)")
+    print("by preset, rows within 10% / 15%: " + ", ".join(f"{os.path.basename(p)} {w} / {w15}" for p, (w, w15) in zip(presets, by_preset)))
     print()
     print("| runs | within +-10% | spread of the presets <= 3% | errors (preset 1) |")
     print("|---|---|---|---|")
