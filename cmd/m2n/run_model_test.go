@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -172,5 +173,41 @@ func TestCalibrateFromSamplesNotUnderALauncher(t *testing.T) {
 	_, stderr, code := run(t, "calibrate", "--from-samples", "../../calibrate/testdata/samples-one-process.json", "--out", filepath.Join(t.TempDir(), "p.toml"))
 	if code == 0 || !strings.Contains(stderr, "not under") {
 		t.Errorf("exit %d, stderr %q; want a refusal", code, stderr)
+	}
+}
+
+// m2n sim --group-ends prints each NCCL group's modeled end: ascending,
+// the last no later than the modeled time; without the flag, none.
+func TestSimGroupEnds(t *testing.T) {
+	for _, flag := range []bool{true, false} {
+		var doc struct {
+			Records []struct {
+				Route     string    `json:"route"`
+				Modeled   float64   `json:"modeled_s"`
+				GroupEnds []float64 `json:"modeled_group_ends_s"`
+			} `json:"records"`
+		}
+		args := []string{"sim", "--model", "hgx-h200-measured", "--json", "--route", "flat,agbcast", "paper-2gpu"}
+		if flag {
+			args = append(args, "--group-ends")
+		}
+		out, errOut, code := run(t, args...)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errOut)
+		}
+		if err := json.Unmarshal([]byte(out), &doc); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range doc.Records {
+			if !flag {
+				if r.GroupEnds != nil {
+					t.Errorf("%s: group ends %v without --group-ends", r.Route, r.GroupEnds)
+				}
+				continue
+			}
+			if len(r.GroupEnds) == 0 || !slices.IsSorted(r.GroupEnds) || r.GroupEnds[len(r.GroupEnds)-1] > r.Modeled {
+				t.Errorf("%s: group ends %v, modeled %g s: want ascending ends, the last no later than the modeled time", r.Route, r.GroupEnds, r.Modeled)
+			}
+		}
 	}
 }
