@@ -85,6 +85,10 @@ func TestGPULoopbackRandom(t *testing.T) {
 		for _, opt := range []Options{
 			{Backend: Loopback, Settings: program.Settings{Transport: TransportCopy, Lanes: 1 + rng.IntN(4), Graph: i%2 == 0}, Iters: 2},
 			{Backend: Loopback, Settings: program.Settings{Transport: TransportNCCL, Lanes: 1 + rng.IntN(4)}, Iters: 2},
+			// Pushed copies with flags, as one process per GPU runs them
+			// over CUDA IPC (its flag kernels and stream memory ops on
+			// this GPU), over several iterations: every flag reset.
+			{Backend: Loopback, Settings: program.Settings{Transport: TransportCopy, Lanes: 1 + rng.IntN(4)}, Iters: 3, push: true},
 		} {
 			runGPU(t, i, s, opt)
 		}
