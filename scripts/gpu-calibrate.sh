@@ -9,7 +9,10 @@
 # (default 3) calibrations run back to back, each into its own preset
 # (OUT/hgx-h200-measured-K.toml), so that `m2n sim --model` with each
 # predicts the same held-out runs and shows the presets' spread
-# (docs/calibration.md says how).
+# (docs/calibration.md says how). HELDOUT=0 stops after the calibrations
+# (about 2 minutes on 2 x H200), for a short device window: copy an earlier
+# call's records beside the presets (same executor build) and run
+# scripts/heldout_table.py there.
 set -uo pipefail
 OUT=${OUT:-./gpu-out}
 PORT=${PORT:-29811}
@@ -35,6 +38,10 @@ for k in $(seq 1 "$CAL"); do
 	time torchrun2 bin/m2n calibrate --samples "$OUT/samples-$k-per-gpu.json" --into "$OUT/hgx-h200-measured-$k.toml" --out "$OUT/hgx-h200-measured-$k.toml"
 done
 cat "$P"
+if [ "${HELDOUT:-1}" = 0 ]; then
+	step "HELDOUT=0: the calibrations only (python3 scripts/heldout_table.py predicts the records of an earlier call with these presets)"
+	exit 0
+fi
 step "held out: paper-2gpu, two GPUs"
 one paper-1proc-nccl --transport nccl paper-2gpu
 perproc paper-perproc-nccl --transport nccl paper-2gpu
