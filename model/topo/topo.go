@@ -372,8 +372,7 @@ func (c *ExecCosts) DuplexStartAt(b int64) units.Time {
 	case b <= DuplexStartSmallBytes:
 		return c.DuplexStartSmall
 	}
-	f := (math.Log2(float64(b)) - math.Log2(DuplexStartSmallBytes)) / (math.Log2(DuplexStartBytes) - math.Log2(DuplexStartSmallBytes))
-	return c.DuplexStartSmall + units.Time(math.Round(f*float64(c.DuplexStart-c.DuplexStartSmall)))
+	return logLerp(b, RampPoint{DuplexStartSmallBytes, c.DuplexStartSmall}, RampPoint{DuplexStartBytes, c.DuplexStart})
 }
 
 // DuplexOpTop is the size from which a send/recv's extra time in a group
@@ -414,7 +413,12 @@ func (c *ExecCosts) RampAt(n int64) units.Time {
 	for r[k].Bytes < n {
 		k++
 	}
-	a, b := r[k-1], r[k]
+	return logLerp(n, r[k-1], r[k])
+}
+
+// logLerp is the time at n bytes on the line from a to b in log2 of the
+// size (a.Bytes < n < b.Bytes).
+func logLerp(n int64, a, b RampPoint) units.Time {
 	f := (math.Log2(float64(n)) - math.Log2(float64(a.Bytes))) / (math.Log2(float64(b.Bytes)) - math.Log2(float64(a.Bytes)))
 	return a.Extra + units.Time(math.Round(f*float64(b.Extra-a.Extra)))
 }
