@@ -102,6 +102,8 @@ const (
 	// allBigBytes is the larger size of the duplex benches: with
 	// allBytes, the duplex rate is a slope.
 	allBigBytes = 1 << 30
+	// besideBatchBoxes is beside-batch's box copies a GPU.
+	besideBatchBoxes = 64
 )
 
 // ManyOps are the duplex benches of many send/recvs to one peer in a
@@ -275,6 +277,21 @@ func Benches(gpus int) ([]Bench, error) {
 			What: fmt.Sprintf("%d send/recvs of %s each way in one group: what a send/recv after the first to a peer costs both ways", m.Count, sizeName(m.Bytes))}, ts, m.Bytes); err != nil {
 			return nil, err
 		}
+	}
+	// A batch of box copies beside all-pairs on each GPU: 64 [2048, 8192]
+	// bf16 tensors whole on both GPUs that each wants half the columns of
+	// (64 box copies of 8 KiB rows, 1 GiB a GPU: batch kernels).
+	ts := []ir.Tensor{tensor("a", allBytes, 0, 1), tensor("b", allBytes, 1, 0)}
+	for i := range besideBatchBoxes {
+		whole := layout.Layout{Shape: []int64{2048, 8192}, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{2}, Ranks: []int{0, 1}}, Placements: []layout.Placement{layout.R}}
+		half := whole
+		half.Placements = []layout.Placement{layout.S(1)}
+		ts = append(ts, ir.Tensor{Name: fmt.Sprintf("w%d", i), Src: whole, Dst: half})
+	}
+	if err := add(Bench{Name: "beside-batch", GPUs: 2, Transport: "nccl", WaveBytes: -1, Profile: true,
+		What: "all-pairs beside a batch of 64 box copies on each GPU (1 GiB of 8 KiB rows): NCCL's share of its rate beside a batch"},
+		ts, allBytes); err != nil {
+		return nil, err
 	}
 	if err := add(Bench{Name: "peer-all-pairs", GPUs: 2, Transport: "copy",
 		What: "the same as device copies over NVLink: NVLink per direction, both busy"},

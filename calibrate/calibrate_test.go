@@ -23,7 +23,7 @@ func truth() *topo.Topology {
 	t.Memory = units.GBps(4200)
 	t.LatencyLocal = 2500 * units.Nanosecond
 	t.NVLink, t.NIC, t.NICLine = units.GBps(350), units.GBps(350), units.GBps(450)
-	t.Executor = topo.Executor{PackLong: 0.88, PackShort: 0.8, PackStage: 0.65, Quantize: 0.3, QuantizeGeneric: 0.12, BatchShared: 0.27, CopyShared: 0.26, NCCLBeside: 0.85}
+	t.Executor = topo.Executor{PackLong: 0.88, PackShort: 0.8, PackStage: 0.65, Quantize: 0.3, QuantizeGeneric: 0.12, BatchShared: 0.27, CopyShared: 0.26, NCCLBeside: 0.85, NCCLBesideBatch: 0.7}
 	t.Executor.Costs[topo.OneProcess] = topo.ExecCosts{PairRate: units.GBps(365), DuplexRate: units.GBps(610), DuplexStart: 120 * units.Microsecond, DuplexStartSmall: 35 * units.Microsecond, DuplexOpLatency: 12 * units.Microsecond, DuplexOpRate: units.GBps(1800), XferLatency: 6 * units.Microsecond,
 		GroupLatency: 4 * units.Microsecond, HostGroup: 5 * units.Microsecond, HostXfer: 2 * units.Microsecond, HostLaunch: 3 * units.Microsecond, HostEvent: 900 * units.Nanosecond,
 		StartLatency: 20 * units.Microsecond, BoxLatency: 2 * units.Microsecond, Ramp: []topo.RampPoint{{Bytes: 8 << 20}, {Bytes: 32 << 20, Extra: 9 * units.Microsecond}, {Bytes: 64 << 20, Extra: 25 * units.Microsecond}}}
@@ -123,6 +123,7 @@ func TestFitRecoversTheModel(t *testing.T) {
 		near("duplex_start", float64(f.Costs.DuplexStart), float64(want.DuplexStart), 0.05)
 		near("duplex_start_small", float64(f.Costs.DuplexStartSmall), float64(want.DuplexStartSmall), 0.05)
 		near("nccl_beside", f.NCCLBeside, tp.Executor.NCCLBeside, 0.01)
+		near("nccl_beside_batch", f.NCCLBesideBatch, tp.Executor.NCCLBesideBatch, 0.01)
 		near("duplex_op_latency", float64(f.Costs.DuplexOpLatency), float64(want.DuplexOpLatency), 0.03)
 		if want.DuplexOpRate > 0 {
 			near("duplex_op_rate", float64(f.Costs.DuplexOpRate), float64(want.DuplexOpRate), 0.03)

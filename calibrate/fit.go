@@ -17,17 +17,18 @@ type Fit struct {
 	Launch topo.Launch
 	// Machine-wide constants (from the one-GPU benches, and NVLink from
 	// both directions busy).
-	Memory       units.Bandwidth
-	LatencyLocal units.Time
-	NVLink       units.Bandwidth // 0 without two GPUs
-	PackLong     float64
-	PackShort    float64
-	PackStage    float64
-	Quantize     float64
-	QuantGeneric float64 // 0: not measured
-	BatchShared  float64 // 0: not measured
-	CopyShared   float64 // 0: not measured (no beside bench)
-	NCCLBeside   float64 // 0: not measured (no beside bench)
+	Memory          units.Bandwidth
+	LatencyLocal    units.Time
+	NVLink          units.Bandwidth // 0 without two GPUs
+	PackLong        float64
+	PackShort       float64
+	PackStage       float64
+	Quantize        float64
+	QuantGeneric    float64 // 0: not measured
+	BatchShared     float64 // 0: not measured
+	CopyShared      float64 // 0: not measured (no beside bench)
+	NCCLBeside      float64 // 0: not measured (no beside bench)
+	NCCLBesideBatch float64 // 0: not measured (no beside-batch bench)
 	// Costs are the launch mode's executor costs.
 	Costs topo.ExecCosts
 	// Measurements say where each constant comes from.
@@ -388,6 +389,20 @@ func fitting(in Input) (*Fit, error) {
 		g, _ := get("groups-" + sizeName(rp.Bytes))
 		note("executor."+key(mode)+".ramp_extra("+sizeName(rp.Bytes)+")", fmtT(rp.Extra),
 			fmt.Sprintf("a group's cost in the %s stream - in the %s stream", sizeName(rp.Bytes), sizeName(StreamWaves[1])), g, "", "")
+	}
+	// The same beside a batch of box copies (beside-batch): NCCL's end
+	// against all-pairs alone, where the batch outlasts NCCL.
+	if bb, ok := in.Samples["beside-batch"]; ok && len(bb.Times) > 0 {
+		if bb.GroupEnd <= 0 || bb.GroupEnd >= median(bb.Times)*9/10 {
+			f.Notes = append(f.Notes, fmt.Sprintf("bench beside-batch: NCCL's end %v is not well before the iteration's %v (the batch did not outlast NCCL): nccl_beside_batch not measured", bb.GroupEnd, median(bb.Times)))
+		} else {
+			fixed := pairFixed + f.Costs.DuplexStart
+			share := math.Min(1, float64(max(median(all.Times)-fixed, 1))/float64(max(bb.GroupEnd-fixed, 1)))
+			f.NCCLBesideBatch = math.Round(share*1000) / 1000
+			f.Measurements = append(f.Measurements, scenario.MeasurementSpec{Constant: "executor.nccl_beside_batch", Value: fmt.Sprintf("%.3f", f.NCCLBesideBatch),
+				Samples: len(bb.Times), Fit: fmt.Sprintf("(median of all-pairs - the pair's fixed cost - duplex_start) / (NCCL's end beside the batch (%s) - the same)", fmtT(bb.GroupEnd)),
+				Command: in.Command, Date: in.Date, Machine: in.Machine})
+		}
 	}
 	if err := f.fitDuplexStartSmall(in, note); err != nil {
 		return nil, err

@@ -46,6 +46,7 @@ func Apply(t *topo.Topology, f *Fit) {
 		optional(&x.QuantizeGeneric, f.QuantGeneric, true)
 		optional(&x.CopyShared, f.CopyShared, true)
 		optional(&x.NCCLBeside, f.NCCLBeside, true)
+		optional(&x.NCCLBesideBatch, f.NCCLBesideBatch, true)
 		return
 	}
 	t.Memory = f.Memory
@@ -55,6 +56,7 @@ func Apply(t *topo.Topology, f *Fit) {
 	optional(&x.QuantizeGeneric, f.QuantGeneric, false)
 	optional(&x.CopyShared, f.CopyShared, false)
 	optional(&x.NCCLBeside, f.NCCLBeside, false)
+	optional(&x.NCCLBesideBatch, f.NCCLBesideBatch, false)
 	if f.NVLink > 0 {
 		// Scenarios with one GPU per virtual domain model NVLink between
 		// the two GPUs as their network: both carry the pair's values.
@@ -122,7 +124,7 @@ func constants(t *topo.Topology) []constant {
 		name     string
 		v        float64
 		optional bool // 0: not measured, not written
-	}{{"pack_long", x.PackLong, false}, {"pack_short", x.PackShort, false}, {"pack_stage", x.PackStage, false}, {"quantize", x.Quantize, false}, {"quantize_generic", x.QuantizeGeneric, true}, {"batch_shared", x.BatchShared, true}, {"copy_shared", x.CopyShared, true}, {"nccl_beside", x.NCCLBeside, true}} {
+	}{{"pack_long", x.PackLong, false}, {"pack_short", x.PackShort, false}, {"pack_stage", x.PackStage, false}, {"quantize", x.Quantize, false}, {"quantize_generic", x.QuantizeGeneric, true}, {"batch_shared", x.BatchShared, true}, {"copy_shared", x.CopyShared, true}, {"nccl_beside", x.NCCLBeside, true}, {"nccl_beside_batch", x.NCCLBesideBatch, true}} {
 		if p.optional && p.v == 0 {
 			continue
 		}

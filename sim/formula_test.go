@@ -448,3 +448,36 @@ func TestModelDuplexOps(t *testing.T) {
 		}
 	}
 }
+
+// A batch of box copies (two packs) beside a send/recv on its GPU holds
+// NCCL there at nccl_beside_batch while it runs: the send/recv, which it
+// outlasts, moves at that share of the NIC port.
+func TestModelNCCLBesideBatch(t *testing.T) {
+	const n = int64(16 << 20)
+	rows, cols, full := int64(8192), int64(2048), int64(8192) // 32 MiB a pack, 4 KiB rows
+	s := xfer(n)
+	l := layout.Layout{Shape: []int64{rows, full}, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{1}, Ranks: []int{0}}, Placements: []layout.Placement{layout.R}}
+	s.Tensors = append(s.Tensors, ir.Tensor{Name: "p", Src: l, Dst: l})
+	pb := rows * cols * 2
+	s.Buffers = append(s.Buffers,
+		ir.Buffer{ID: 2, Rank: 0, Kind: ir.Input, Tensor: 1, Box: layout.Box{Start: []int64{0, 0}, Size: []int64{rows, full}}, Bytes: rows * full * 2},
+		ir.Buffer{ID: 3, Rank: 0, Kind: ir.Staging, Tensor: -1, Bytes: pb}, ir.Buffer{ID: 4, Rank: 0, Kind: ir.Staging, Tensor: -1, Bytes: pb})
+	for k, col := range []int64{0, 4096} {
+		ref := s.AddBox(layout.Box{Start: []int64{0, col}, Size: []int64{rows, cols}})
+		s.AddOp(ir.Op{Kind: ir.Pack, Rank: 0, Peer: -1, Match: -1, Src: ir.Region{Buf: 2, BoxRef: ref, Bytes: pb}, Dst: ir.Region{Buf: int32(3 + k), Bytes: pb}})
+	}
+	var ends [2]units.Time
+	for i, share := range []float64{0, 0.5} {
+		tp := machine()
+		tp.Executor.BatchShared, tp.Executor.NCCLBesideBatch = 0.05, share // a slow batch: it outlasts the send/recv
+		r, err := Run(s, tp, Options{Exec: Exec{Transport: "nccl"}, GroupEnds: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ends[i] = r.GroupEnds[0]
+	}
+	x := machine().Executor.Costs[topo.OneProcess]
+	rest := x.XferLatency + x.RampAt(n) + x.StartLatency + x.GroupLatency
+	within(t, "alone", ends[0], rest+seconds(n, x.PairRate))
+	within(t, "beside the batch", ends[1], rest+seconds(n, machine().NIC/2))
+}

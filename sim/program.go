@@ -268,11 +268,16 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 				}
 				if beside && st.Batch == nil && onFewBlocks(&op) {
 					// NCCL on its GPU keeps a share of its rate while the
-					// copy runs on its few blocks (the kernel nccl_beside
-					// is measured beside; batches are not counted: held
-					// out, moe-2gpu's batches of whole tensors left NCCL at
-					// its rate while dense-2gpu's packs slowed it).
+					// copy runs on its few blocks (nccl_beside is measured
+					// beside it).
 					m.beside[id] = x.NCCLBeside
+				}
+				if beside && st.Batch != nil && op.Kind != ir.Quantize && x.NCCLBesideBatch > 0 && program.ClassOf(s, &op) != program.Contiguous {
+					// And while a batch kernel runs box copies there
+					// (nccl_beside_batch); batches of contiguous copies
+					// are not counted (held out, moe-2gpu's left NCCL at
+					// its rate while dense-2gpu's packs slowed it).
+					m.beside[id] = x.NCCLBesideBatch
 				}
 				if op.Kind == ir.Quantize {
 					if m.s.QuantScale == nil {

@@ -63,6 +63,7 @@ type ExecutorSpec struct {
 	BatchShared *float64       `toml:"batch_shared"`
 	CopyShared  *float64       `toml:"copy_shared"`
 	NCCLBeside  *float64       `toml:"nccl_beside"`
+	BesideBatch *float64       `toml:"nccl_beside_batch"`
 	OneProcess  *ExecCostsSpec `toml:"one_process"`
 	PerGPU      *ExecCostsSpec `toml:"per_gpu"`
 }

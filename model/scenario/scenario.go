@@ -678,6 +678,7 @@ func applyTopology(t *topo.Topology, ts TopologySpec) error {
 		setF(&x.BatchShared, e.BatchShared)
 		setF(&x.CopyShared, e.CopyShared)
 		setF(&x.NCCLBeside, e.NCCLBeside)
+		setF(&x.NCCLBesideBatch, e.BesideBatch)
 		for l, c := range []*ExecCostsSpec{topo.OneProcess: e.OneProcess, topo.PerGPU: e.PerGPU} {
 			if c == nil {
 				continue

@@ -205,8 +205,8 @@ func (t *Topology) Describe() string {
 			gen = fmt.Sprintf(" (the generic kernel at %.2f)", e.QuantizeGeneric)
 		}
 		beside := ""
-		if e.CopyShared > 0 || e.NCCLBeside > 0 {
-			beside = fmt.Sprintf(", a local copy beside NCCL at %.2f of memory; NCCL at %.2f of its rate beside it", e.CopyShared, e.NCCLBeside)
+		if e.CopyShared > 0 || e.NCCLBeside > 0 || e.NCCLBesideBatch > 0 {
+			beside = fmt.Sprintf(", a local copy beside NCCL at %.2f of memory; NCCL at %.2f of its rate beside it, %.2f beside a batch of box copies", e.CopyShared, e.NCCLBeside, e.NCCLBesideBatch)
 		}
 		fmt.Fprintf(&b, "executor: pack/unpack at %.2f/%.2f/%.2f of memory (long/short/staged rows), quantize at %.2f%s, a batch beside NCCL at %.2f of its rate%s\n", e.PackLong, e.PackShort, e.PackStage, e.Quantize, gen, e.BatchShared, beside)
 		for l, c := range e.Costs {
@@ -278,6 +278,11 @@ type Executor struct {
 	// capacity while it runs. Batch kernels are not counted (not measured
 	// beside NCCL). 0 means 1 (not slowed).
 	NCCLBeside float64
+	// NCCLBesideBatch is the same share beside a batch kernel of box
+	// copies (packs, unpacks, strided copies) on its shared grid; batches
+	// of contiguous copies are not counted (held out, moe-2gpu's left NCCL
+	// at its rate). 0 means 1.
+	NCCLBesideBatch float64
 	// Costs by launch mode, indexed by Launch.
 	Costs [2]ExecCosts
 }
@@ -346,7 +351,7 @@ func (e *Executor) IsZero() bool {
 			return false
 		}
 	}
-	return e.PackLong == 0 && e.PackShort == 0 && e.PackStage == 0 && e.Quantize == 0 && e.QuantizeGeneric == 0 && e.BatchShared == 0 && e.CopyShared == 0 && e.NCCLBeside == 0
+	return e.PackLong == 0 && e.PackShort == 0 && e.PackStage == 0 && e.Quantize == 0 && e.QuantizeGeneric == 0 && e.BatchShared == 0 && e.CopyShared == 0 && e.NCCLBeside == 0 && e.NCCLBesideBatch == 0
 }
 
 // IsZero reports whether no cost of the launch mode is set.
@@ -440,8 +445,13 @@ func (e *Executor) validate() []error {
 	if !(e.CopyShared >= 0 && e.CopyShared <= 1) {
 		errs = append(errs, fmt.Errorf("executor.copy_shared = %g: must be a fraction of memory bandwidth, in [0, 1] (0: 1)", e.CopyShared))
 	}
-	if !(e.NCCLBeside >= 0 && e.NCCLBeside <= 1) {
-		errs = append(errs, fmt.Errorf("executor.nccl_beside = %g: must be the share of its rate NCCL keeps, in [0, 1] (0: 1)", e.NCCLBeside))
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"executor.nccl_beside", e.NCCLBeside}, {"executor.nccl_beside_batch", e.NCCLBesideBatch}} {
+		if !(f.v >= 0 && f.v <= 1) {
+			errs = append(errs, fmt.Errorf("%s = %g: must be the share of its rate NCCL keeps, in [0, 1] (0: 1)", f.name, f.v))
+		}
 	}
 	for l, c := range e.Costs {
 		name := "executor." + strings.ReplaceAll(Launch(l).String(), "-", "_") + "."
