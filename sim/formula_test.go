@@ -2,6 +2,7 @@ package sim
 
 import (
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/m2n-project/m2n/ir"
@@ -9,6 +10,7 @@ import (
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/model/units"
 	"github.com/m2n-project/m2n/plan"
+	"github.com/m2n-project/m2n/program"
 )
 
 // The executor model's costs, each pinned by the time of a one-op
@@ -480,4 +482,36 @@ func TestModelNCCLBesideBatch(t *testing.T) {
 	rest := x.XferLatency + x.RampAt(n) + x.StartLatency + x.GroupLatency
 	within(t, "alone", ends[0], rest+seconds(n, x.PairRate))
 	within(t, "beside the batch", ends[1], rest+seconds(n, machine().NIC/2))
+}
+
+// A batch of contiguous copies beside the send/recv does not slow it:
+// nccl_beside_batch counts box copies only.
+func TestModelNCCLBesideContiguousBatch(t *testing.T) {
+	const n, m = int64(16 << 20), int64(32 << 20)
+	s := xfer(n)
+	for k := range 2 {
+		src, dst := int32(2+2*k), int32(3+2*k)
+		s.Buffers = append(s.Buffers, ir.Buffer{ID: int(src), Rank: 0, Kind: ir.Staging, Tensor: -1, Bytes: m}, ir.Buffer{ID: int(dst), Rank: 0, Kind: ir.Staging, Tensor: -1, Bytes: m})
+		s.AddOp(ir.Op{Kind: ir.Copy, Rank: 0, Peer: -1, Match: -1, Src: ir.Region{Buf: src, Bytes: m}, Dst: ir.Region{Buf: dst, Bytes: m}})
+	}
+	p, err := program.Compile(s, program.Options{Dev: func(r int32) int { return int(r) }, Lanes: 1, Mode: program.Waves, Comms: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(p.Steps, func(st program.Step) bool { return st.Kind == program.Local && len(st.Batch) == 2 }) {
+		t.Fatal("the two copies are not one batch: the test does not test a batch")
+	}
+	var ends [2]units.Time
+	for i, share := range []float64{0, 0.5} {
+		tp := machine()
+		tp.Executor.BatchShared, tp.Executor.NCCLBesideBatch = 0.05, share
+		r, err := Run(s, tp, Options{Exec: Exec{Transport: "nccl"}, GroupEnds: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ends[i] = r.GroupEnds[0]
+	}
+	if ends[1] != ends[0] {
+		t.Errorf("a batch of contiguous copies moved the group's end from %v to %v", ends[0], ends[1])
+	}
 }
