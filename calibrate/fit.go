@@ -297,24 +297,33 @@ func fitting(in Input) (*Fit, error) {
 		note("executor."+key(mode)+".duplex_rate", fmtBW(f.Costs.DuplexRate), "2 x 256 MiB (one each way) / (median - the pair's fixed cost)", all,
 			fmtBW(duplex(all.Times[len(all.Times)-1])), fmtBW(duplex(all.Times[0])))
 	}
-	// NCCL beside a 1 GiB local copy on each GPU, the copy on the few
-	// blocks waves mode gives it: NCCL's own end (the first group's)
-	// against all-pairs alone, past the pair's fixed cost, is the share of
-	// its rate NCCL keeps; the iteration, which the copy outlasts, the
-	// copy's rate. Where the copy did not outlast NCCL (a faster copy than
-	// the bench was sized for), neither follows: a note, no constant.
-	bs, ok := in.Samples["beside"]
-	if ok && len(bs.Times) > 0 && (bs.GroupEnd <= 0 || bs.GroupEnd >= median(bs.Times)*9/10) {
-		f.Notes = append(f.Notes, fmt.Sprintf("bench beside: NCCL's end %v is not well before the iteration's %v (the copy did not outlast NCCL): copy_shared and nccl_beside not measured", bs.GroupEnd, median(bs.Times)))
-		ok = false
-	}
-	if ok && len(bs.Times) > 0 {
+	// NCCL beside a kernel on each GPU (beside: a 1 GiB local copy on the
+	// few blocks waves mode gives it; beside-batch: a batch of box
+	// copies): NCCL's own end (the first group's) against all-pairs alone,
+	// past the pair's fixed cost and the duplex start, is the share of its
+	// rate NCCL keeps. Where the kernel did not outlast NCCL, no share
+	// follows: a note, no constant.
+	besideShare := func(name, constants string) (float64, Sample, bool) {
+		bs, ok := in.Samples[name]
+		if !ok || len(bs.Times) == 0 {
+			return 0, bs, false
+		}
+		if bs.GroupEnd <= 0 || bs.GroupEnd >= median(bs.Times)*9/10 {
+			f.Notes = append(f.Notes, fmt.Sprintf("bench %s: NCCL's end %v is not well before the iteration's %v (the kernel did not outlast NCCL): %s not measured", name, bs.GroupEnd, median(bs.Times), constants))
+			return 0, bs, false
+		}
 		fixed := pairFixed + f.Costs.DuplexStart
 		share := math.Min(1, float64(max(median(all.Times)-fixed, 1))/float64(max(bs.GroupEnd-fixed, 1)))
-		f.NCCLBeside = math.Round(share*1000) / 1000
+		return math.Round(share*1000) / 1000, bs, true
+	}
+	shareFit := func(kernel string, bs Sample) string {
+		return fmt.Sprintf("(median of all-pairs - the pair's fixed cost - duplex_start) / (NCCL's end beside the %s (%s) - the same)", kernel, fmtT(bs.GroupEnd))
+	}
+	if share, bs, ok := besideShare("beside", "copy_shared and nccl_beside"); ok {
+		f.NCCLBeside = share
 		f.Measurements = append(f.Measurements, scenario.MeasurementSpec{Constant: "executor.nccl_beside", Value: fmt.Sprintf("%.3f", f.NCCLBeside),
-			Samples: len(bs.Times), Fit: fmt.Sprintf("(median of all-pairs - the pair's fixed cost - duplex_start) / (NCCL's end beside the copies (%s) - the same)", fmtT(bs.GroupEnd)),
-			Command: in.Command, Date: in.Date, Machine: in.Machine})
+			Samples: len(bs.Times), Fit: shareFit("copies", bs), Command: in.Command, Date: in.Date, Machine: in.Machine})
+		// The iteration, which the copy outlasts: the copy's rate.
 		rate := func(t units.Time) float64 {
 			return math.Min(1, 2*float64(copyBytes)/max(t-bs.HostIssue, 1).Seconds()/float64(f.Memory))
 		}
@@ -323,6 +332,11 @@ func fitting(in Input) (*Fit, error) {
 			Min: fmt.Sprintf("%.3f", rate(bs.Times[len(bs.Times)-1])), Max: fmt.Sprintf("%.3f", rate(bs.Times[0])), Samples: len(bs.Times),
 			Fit:     "2 x 1 GiB / (median of beside - its host issue) / memory: the local copy on its few blocks beside NCCL, which it outlasts",
 			Command: in.Command, Date: in.Date, Machine: in.Machine})
+	}
+	if share, bs, ok := besideShare("beside-batch", "nccl_beside_batch"); ok {
+		f.NCCLBesideBatch = share
+		f.Measurements = append(f.Measurements, scenario.MeasurementSpec{Constant: "executor.nccl_beside_batch", Value: fmt.Sprintf("%.3f", f.NCCLBesideBatch),
+			Samples: len(bs.Times), Fit: shareFit("batch", bs), Command: in.Command, Date: in.Date, Machine: in.Machine})
 	}
 	// The host: per group from the 1 MiB stream's issue time (less the
 	// iteration's own events), per call from 64 calls in one group.
@@ -390,41 +404,27 @@ func fitting(in Input) (*Fit, error) {
 		note("executor."+key(mode)+".ramp_extra("+sizeName(rp.Bytes)+")", fmtT(rp.Extra),
 			fmt.Sprintf("a group's cost in the %s stream - in the %s stream", sizeName(rp.Bytes), sizeName(StreamWaves[1])), g, "", "")
 	}
-	// The same beside a batch of box copies (beside-batch): NCCL's end
-	// against all-pairs alone, where the batch outlasts NCCL.
-	if bb, ok := in.Samples["beside-batch"]; ok && len(bb.Times) > 0 {
-		if bb.GroupEnd <= 0 || bb.GroupEnd >= median(bb.Times)*9/10 {
-			f.Notes = append(f.Notes, fmt.Sprintf("bench beside-batch: NCCL's end %v is not well before the iteration's %v (the batch did not outlast NCCL): nccl_beside_batch not measured", bb.GroupEnd, median(bb.Times)))
-		} else {
-			fixed := pairFixed + f.Costs.DuplexStart
-			share := math.Min(1, float64(max(median(all.Times)-fixed, 1))/float64(max(bb.GroupEnd-fixed, 1)))
-			f.NCCLBesideBatch = math.Round(share*1000) / 1000
-			f.Measurements = append(f.Measurements, scenario.MeasurementSpec{Constant: "executor.nccl_beside_batch", Value: fmt.Sprintf("%.3f", f.NCCLBesideBatch),
-				Samples: len(bb.Times), Fit: fmt.Sprintf("(median of all-pairs - the pair's fixed cost - duplex_start) / (NCCL's end beside the batch (%s) - the same)", fmtT(bb.GroupEnd)),
-				Command: in.Command, Date: in.Date, Machine: in.Machine})
-		}
-	}
-	if err := f.fitDuplexStartSmall(in, note); err != nil {
+	bs2, err := Benches(2)
+	if err != nil {
 		return nil, err
 	}
-	if err := f.fitDuplexOps(in, note); err != nil {
+	if err := f.fitDuplexStartSmall(in, bs2, note); err != nil {
+		return nil, err
+	}
+	if err := f.fitDuplexOps(in, bs2, note); err != nil {
 		return nil, err
 	}
 	return f, f.check()
 }
 
-// fitDuplexStartSmall fits the start of a small group both ways
+// fitDuplexStartSmall fits (bs: Benches(2)) the start of a small group both ways
 // (duplex_start_small): what all-pairs-16MiB's median takes beyond the
 // model of it with every other constant (the start adds to its one
 // group's end). Samples without the bench leave it 0.
-func (f *Fit) fitDuplexStartSmall(in Input, note func(constant, value, fit string, s Sample, lo, hi string)) error {
+func (f *Fit) fitDuplexStartSmall(in Input, bs []Bench, note func(constant, value, fit string, s Sample, lo, hi string)) error {
 	s, ok := in.Samples["all-pairs-16MiB"]
 	if !ok || len(s.Times) == 0 || f.Costs.DuplexStart == 0 {
 		return nil
-	}
-	bs, err := Benches(2)
-	if err != nil {
-		return err
 	}
 	f.Costs.DuplexStartSmall = 0
 	modeled, err := f.modelBench(in, bs, "all-pairs-16MiB")
@@ -440,12 +440,12 @@ func (f *Fit) fitDuplexStartSmall(in Input, note func(constant, value, fit strin
 	return nil
 }
 
-// fitDuplexOps fits what a send/recv after the first to a peer costs in a
+// fitDuplexOps fits (bs: Benches(2)) what a send/recv after the first to a peer costs in a
 // group that goes both ways (duplex_op_latency, duplex_op_rate): the
 // ManyOps benches' medians against the model of the same benches with
 // every other constant fitted, per extra send/recv, at their two sizes.
 // Samples without those benches (an older m2n's) leave both 0.
-func (f *Fit) fitDuplexOps(in Input, note func(constant, value, fit string, s Sample, lo, hi string)) error {
+func (f *Fit) fitDuplexOps(in Input, bs []Bench, note func(constant, value, fit string, s Sample, lo, hi string)) error {
 	var measured [2]units.Time
 	var samples [2]Sample
 	for k, m := range ManyOps {
@@ -456,10 +456,6 @@ func (f *Fit) fitDuplexOps(in Input, note func(constant, value, fit string, s Sa
 		measured[k], samples[k] = median(s.Times), s
 	}
 	a, b := ManyOps[0], ManyOps[1]
-	bs, err := Benches(2)
-	if err != nil {
-		return err
-	}
 	// The extra per send/recv at each size, and the constants through them.
 	solve := func(extra [2]units.Time) {
 		f.Costs.DuplexOpLatency, f.Costs.DuplexOpRate = 0, 0
