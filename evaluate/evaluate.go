@@ -53,8 +53,12 @@ type Record struct {
 	// of the executor model ended on the first GPU taking part in it
 	// (sim.Result.GroupEnds): the model of Run.GroupEnds.
 	ModeledGroupEnds []units.Time
-	Ops              int // ops of the schedule
-	Flows            int // flows simulated
+	// ModeledStreamEnds is, with Options.Sim.StreamEnds, when each stream
+	// of the executor model ended (sim.Result.StreamEnds): the model of
+	// Run.StreamEnds, matched to it by GPU and lane.
+	ModeledStreamEnds []sim.StreamEnd
+	Ops               int // ops of the schedule
+	Flows             int // flows simulated
 	// FlowClasses is the classes of flows alike the simulator ran one flow
 	// each for (sim.Result.FlowClasses); 0 when it ran every flow.
 	FlowClasses int
@@ -106,6 +110,7 @@ type Run struct {
 // from the iteration's start on its device.
 type StreamEnd struct {
 	Device int
+	Lane   int    // the executor program's lane (program.Stream; negative: an NCCL communicator's stream)
 	Stream string // its lane or NCCL communicator, and the work it ran
 	End    units.Time
 }
@@ -464,7 +469,7 @@ func simulate(s *ir.Schedule, tp *topo.Topology, opt Options, rec *Record, sol f
 		rec.ModeledOn += ", executor model " + rec.ExecutorModel
 	}
 	rec.Modeled, rec.Flows, rec.FlowClasses, rec.Events = res.Makespan, res.Flows, res.FlowClasses, res.Events
-	rec.ModeledHostIssue, rec.ModeledGroupEnds = res.HostIssue, res.GroupEnds
+	rec.ModeledHostIssue, rec.ModeledGroupEnds, rec.ModeledStreamEnds = res.HostIssue, res.GroupEnds, res.StreamEnds
 	rec.Bottleneck = res.Bottleneck
 	rec.Resources = sim.ByClass(res.Resources)
 	return res, nil

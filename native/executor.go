@@ -104,6 +104,7 @@ func (opt *Options) settings(auto func() string) error {
 // device.
 type StreamEnd struct {
 	Device int
+	Lane   int    // the program's lane (program.Stream; negative: an NCCL communicator's stream)
 	Stream string // its lane or NCCL communicator, and the kinds of work it ran
 	End    units.Time
 }
@@ -880,7 +881,7 @@ func (x *Executor) streamEnds(ends [][]units.Time) []StreamEnd {
 		if len(kinds[i]) > 0 {
 			name += " (" + strings.Join(kinds[i], ", ") + ")"
 		}
-		out = append(out, StreamEnd{Device: k.Dev, Stream: name, End: medianTime(ends[i])})
+		out = append(out, StreamEnd{Device: k.Dev, Lane: k.Lane, Stream: name, End: medianTime(ends[i])})
 	}
 	return out
 }

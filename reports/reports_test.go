@@ -568,7 +568,7 @@ func TestRunProfileGroupEnds(t *testing.T) {
 	ms := units.Millisecond
 	row := Row{Route: "flat", Modeled: 3 * ms, ModeledGroupEnds: []units.Time{1 * ms, 3 * ms}, Run: &evaluate.Run{
 		Backend: "nccl", Launch: "one-process", Times: []units.Time{4 * ms}, Verified: true, Groups: 2,
-		StreamEnds: []evaluate.StreamEnd{{Device: 0, Stream: "nccl 0", End: 4 * ms}},
+		StreamEnds: []evaluate.StreamEnd{{Device: 0, Lane: -1, Stream: "nccl 0", End: 4 * ms}, {Device: 0, Lane: 1, Stream: "lane 1 (batches)", End: 2 * ms}, {Device: 1, Lane: -1, Stream: "nccl 0", End: 4 * ms}},
 		GroupEnds:  []units.Time{2 * ms, 4 * ms},
 	}}
 	var b strings.Builder
@@ -585,5 +585,35 @@ func TestRunProfileGroupEnds(t *testing.T) {
 	}
 	if want := `"group_ends_s":[0.002,0.004],"modeled_group_ends_s":[0.001,0.003]`; !strings.Contains(string(raw), want) {
 		t.Errorf("the JSON lacks %s: %s", want, raw)
+	}
+}
+
+// A profiled run prints the model's end of each stream beside the
+// measured one, matched by GPU and lane, with its error; a stream the
+// model lacks shows none.
+func TestRunProfileStreamEnds(t *testing.T) {
+	ms := units.Millisecond
+	row := Row{Route: "flat", Modeled: 3 * ms,
+		ModeledStreamEnds: []sim.StreamEnd{{GPU: 0, Lane: 1, End: 3 * ms}, {GPU: 0, Lane: -1, End: 3 * ms}, {GPU: 1, Lane: 0, End: ms}},
+		Run: &evaluate.Run{Backend: "loopback", Launch: "one-process", Times: []units.Time{4 * ms}, Verified: true,
+			StreamEnds: []evaluate.StreamEnd{{Device: 0, Lane: -1, Stream: "nccl 0", End: 4 * ms}, {Device: 0, Lane: 1, Stream: "lane 1 (batches)", End: 2 * ms}, {Device: 1, Lane: -1, Stream: "nccl 0", End: 4 * ms}},
+		}}
+	var b strings.Builder
+	if err := WriteRunTable(&b, "s", "loopback", []Row{row}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"finished  modeled  error", "lane 1 (batches)  2.00 ms   3.00 ms  +50.0%", "nccl 0            4.00 ms   3.00 ms  -25.0%", "1    nccl 0            4.00 ms   -        -"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the profile lacks %q:\n%s", want, b.String())
+		}
+	}
+	raw, err := json.Marshal(RunJSON("s", []Row{row}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`{"device":0,"lane":1,"stream":"lane 1 (batches)","end_s":0.002,"modeled_end_s":0.003}`, `{"device":1,"lane":-1,"stream":"nccl 0","end_s":0.004}`} {
+		if !strings.Contains(string(raw), want) {
+			t.Errorf("the JSON lacks %s: %s", want, raw)
+		}
 	}
 }

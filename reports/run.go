@@ -47,11 +47,25 @@ type runRecord struct {
 	Error        string         `json:"error,omitempty"`                // why the run did not happen, or could not be modeled
 }
 
-// streamEnd is when one GPU stream finished its part of an iteration.
+// streamEnd is when one GPU stream finished its part of an iteration,
+// and when the model's stream of the same GPU and lane did.
 type streamEnd struct {
-	Device int     `json:"device"`
-	Stream string  `json:"stream"`
-	End    float64 `json:"end_s"`
+	Device     int      `json:"device"`
+	Lane       int      `json:"lane"`
+	Stream     string   `json:"stream"`
+	End        float64  `json:"end_s"`
+	ModeledEnd *float64 `json:"modeled_end_s,omitempty"`
+}
+
+// modeledEnd is the model's end of the stream on GPU dev and lane, if it
+// has one.
+func modeledEnd(r *Row, dev, lane int) (units.Time, bool) {
+	for _, m := range r.ModeledStreamEnds {
+		if m.GPU == dev && m.Lane == lane {
+			return m.End, true
+		}
+	}
+	return 0, false
 }
 
 func runJSON(r *Row) runRecord {
@@ -68,7 +82,12 @@ func runJSON(r *Row) runRecord {
 		rec.PeakDevice, rec.Staging, rec.Ops = run.PeakDeviceBytes, run.StagingBytes, r.Ops
 		rec.ProfileError = run.ProfileErr
 		for _, se := range run.StreamEnds {
-			rec.StreamEnds = append(rec.StreamEnds, streamEnd{se.Device, se.Stream, se.End.Seconds()})
+			j := streamEnd{Device: se.Device, Lane: se.Lane, Stream: se.Stream, End: se.End.Seconds()}
+			if m, ok := modeledEnd(r, se.Device, se.Lane); ok && run.Err == nil {
+				v := m.Seconds()
+				j.ModeledEnd = &v
+			}
+			rec.StreamEnds = append(rec.StreamEnds, j)
 		}
 		for _, ge := range run.GroupEnds {
 			rec.GroupEnds = append(rec.GroupEnds, ge.Seconds())
@@ -148,9 +167,22 @@ func writeProfiles(w io.Writer, rows []Row) error {
 			continue
 		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "GPU\tstream\tfinished")
+		modeled := len(r.ModeledStreamEnds) > 0 && run.Err == nil
+		if modeled {
+			fmt.Fprintln(tw, "GPU\tstream\tfinished\tmodeled\terror")
+		} else {
+			fmt.Fprintln(tw, "GPU\tstream\tfinished")
+		}
 		for _, se := range run.StreamEnds {
-			fmt.Fprintf(tw, "%d\t%s\t%s\n", se.Device, se.Stream, se.End)
+			fmt.Fprintf(tw, "%d\t%s\t%s", se.Device, se.Stream, se.End)
+			if modeled {
+				if m, ok := modeledEnd(r, se.Device, se.Lane); ok && se.End > 0 {
+					fmt.Fprintf(tw, "\t%s\t%+.1f%%", m, 100*(float64(m)/float64(se.End)-1))
+				} else {
+					fmt.Fprint(tw, "\t-\t-")
+				}
+			}
+			fmt.Fprintln(tw)
 		}
 		if err := tw.Flush(); err != nil {
 			return err

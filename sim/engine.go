@@ -49,6 +49,10 @@ type Options struct {
 	// (Result.GroupEnds), as m2n run --profile measures it. It turns
 	// symmetry off.
 	GroupEnds bool
+	// StreamEnds records, when the executor model runs, when each stream
+	// of the executor's program finishes its part (Result.StreamEnds), as
+	// m2n run --profile measures it. It turns symmetry off.
+	StreamEnds bool
 	// Progress, if set, is told how far the simulation has come: once
 	// before the first event, then every 4096 batches of
 	// simultaneous events, and once at the end. Its reports are monotone
@@ -151,10 +155,22 @@ type Result struct {
 	// kernel's end there (after its last transfer on that GPU and the
 	// group's own latency), from the iteration's start.
 	GroupEnds []units.Time
+	// StreamEnds is, with Options.StreamEnds, when each stream of the
+	// executor's program ended: its last op's end (a barrier's, with
+	// NCCL), from the iteration's start, in the program's stream order.
+	StreamEnds []StreamEnd
 	// FlowClasses is the flows the engine ran when it used the schedule's
 	// symmetry (one per class of flows alike, Options.NoSymmetry); 0 when
 	// it ran every flow.
 	FlowClasses int
+}
+
+// StreamEnd is when one stream of the executor's program ends: GPU and
+// Lane as program.Stream names them (a negative lane: an NCCL
+// communicator's stream).
+type StreamEnd struct {
+	GPU, Lane int
+	End       units.Time
 }
 
 // ErrDeadlock reports a schedule whose ops can never all run.

@@ -47,6 +47,10 @@ type modeled struct {
 	// groupEnd is, per NCCL group, the barrier that ends it on the stream
 	// of the first GPU taking part in it.
 	groupEnd []int32
+	// streams is the program's streams, and onStream, per stream, the
+	// ops here that run on it (barriers included): its end is theirs.
+	streams  []program.Stream
+	onStream [][]int32
 }
 
 // model compiles the executor's program of s and rewrites s as it runs.
@@ -96,7 +100,10 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 	if err != nil {
 		return nil, fmt.Errorf("executor program: %w", err)
 	}
-	m := &modeled{s: &ir.Schedule{Route: s.Route, World: s.World, Tensors: s.Tensors, Buffers: s.Buffers}, of: make([]int32, len(s.Ops)), groups: p.Groups, copies: copyT}
+	m := &modeled{s: &ir.Schedule{Route: s.Route, World: s.World, Tensors: s.Tensors, Buffers: s.Buffers}, of: make([]int32, len(s.Ops)), groups: p.Groups, copies: copyT,
+		streams: p.Streams, onStream: make([][]int32, len(p.Streams))}
+	// put says that op id runs on the program's stream k.
+	put := func(k int, id int32) { m.onStream[k] = append(m.onStream[k], id) }
 	for i := range m.of {
 		m.of[i] = -1
 	}
@@ -287,6 +294,7 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 				}
 				m.of[o] = id
 				ids = append(ids, id)
+				put(st.Stream, id)
 			}
 			clock[proc(d)] += records(st.Record, st.More)
 			last[st.Stream] = ids[0]
@@ -294,6 +302,7 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 				// the stream's next op waits for the whole batch
 				bar := ir.Op{Kind: ir.Copy, Rank: op.Rank, Peer: -1, Match: -1}
 				last[st.Stream] = add(bar, 0, 0, 0, ids)
+				put(st.Stream, last[st.Stream])
 			}
 		case program.Xfer:
 			snd := s.Ops[st.Op]
@@ -336,7 +345,9 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 					}
 					rb := add(ir.Op{Kind: ir.Copy, Rank: rcv.Rank, Peer: -1, Match: -1}, clock[proc(rd)], 0, 0, rdeps)
 					last[st.RStream] = rb
+					put(st.RStream, rb)
 					w := add(ir.Op{Kind: ir.Copy, Rank: snd.Rank, Peer: -1, Match: -1}, rel, tp.LatencyLocal+costs.BoxLatency, 0, append(sdeps, rb))
+					put(st.Stream, w)
 					sdeps = []int32{w}
 				}
 				clock[proc(rd)] += units.Time(len(st.RWaits))*ev + costs.HostLaunch + records(st.RRecord, st.RMore)
@@ -400,12 +411,19 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 					m.of[r] = b
 				}
 				last[st.Stream], last[st.RStream] = si, b
+				put(st.Stream, si)
+				put(st.RStream, b)
 				continue
 			}
 			if po.Mode == program.Streams {
+				// The copy is one op on the stream (the receive its other
+				// end, on no stream of its own).
 				last[st.Stream] = si
+				put(st.Stream, si)
 				continue
 			}
+			put(st.Stream, si)
+			put(st.RStream, ri)
 			lastOfPair[[2]int32{snd.Rank, snd.Peer}] = si
 			members = append(members, si, ri)
 			onStream[st.Stream] = append(onStream[st.Stream], si)
@@ -466,6 +484,7 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 					}
 				}
 				barrier[stream] = add(bar, 0, lat, 0, ops)
+				put(stream, barrier[stream])
 				if d := p.Streams[stream].Dev; first < 0 || d < firstDev {
 					first, firstDev = barrier[stream], d
 				}
@@ -543,8 +562,9 @@ func runProgram(s *ir.Schedule, tp *topo.Topology, opt Options, eng engineFunc) 
 		}
 	}
 	asked := opt
-	if opt.GroupEnds && len(m.groupEnd) > 0 {
-		// The barriers' ends, from the timeline (which turns symmetry off).
+	if opt.GroupEnds && len(m.groupEnd) > 0 || opt.StreamEnds {
+		// The barriers' and streams' ends, from the timeline (which turns
+		// symmetry off).
 		opt.Timeline = true
 	}
 	opt.lanes = m.lanes
@@ -552,9 +572,23 @@ func runProgram(s *ir.Schedule, tp *topo.Topology, opt Options, eng engineFunc) 
 	if err != nil {
 		return nil, err
 	}
-	if opt.GroupEnds && opt.Timeline {
-		for _, b := range m.groupEnd {
-			r.GroupEnds = append(r.GroupEnds, r.Ops[b].End)
+	if opt.Timeline {
+		if opt.GroupEnds {
+			for _, b := range m.groupEnd {
+				r.GroupEnds = append(r.GroupEnds, r.Ops[b].End)
+			}
+		}
+		if opt.StreamEnds {
+			for k, ops := range m.onStream {
+				if len(ops) == 0 {
+					continue
+				}
+				se := StreamEnd{GPU: m.streams[k].Dev, Lane: m.streams[k].Lane}
+				for _, id := range ops {
+					se.End = max(se.End, r.Ops[id].End)
+				}
+				r.StreamEnds = append(r.StreamEnds, se)
+			}
 		}
 		if !asked.Timeline {
 			r.Ops = nil

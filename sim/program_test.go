@@ -210,3 +210,67 @@ func TestGroupEnds(t *testing.T) {
 		}
 	}
 }
+
+// Each stream's modeled end (Options.StreamEnds): one per stream of the
+// program, the latest at the makespan, every one within it; and asking
+// for them changes nothing else. In a ping-pong over NCCL, GPU 0's stream
+// ends with the last group there.
+func TestStreamEnds(t *testing.T) {
+	rng := rand.New(rand.NewPCG(41, 42))
+	for i := range 12 {
+		shape := []int64{int64(4 + rng.IntN(32)), int64(16 + rng.IntN(128))}
+		src := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{4}, Ranks: layout.RankRange(0, 4)}, Placements: []layout.Placement{layout.S(rng.IntN(2))}}
+		dst := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{2, 2}, Ranks: layout.RankRange(2+rng.IntN(4), 4)}, Placements: []layout.Placement{layout.R, layout.S(rng.IntN(2))}}
+		tp := h200(topo.ExecCosts{HostGroup: 9 * units.Microsecond, HostXfer: units.Microsecond, HostLaunch: 3 * units.Microsecond, XferLatency: 5 * units.Microsecond, GroupLatency: 4 * units.Microsecond, PairRate: units.GBps(300)})
+		tp.Executor.Costs[topo.PerGPU] = tp.Executor.Costs[topo.OneProcess]
+		tp.GPUsPerDomain, tp.Domains = 4, 3
+		for _, route := range plan.Routes {
+			s, err := plan.Build([]ir.Tensor{{Name: "t", Src: src, Dst: dst}}, tp, plan.Options{Route: route, ChunkBytes: int64(64 + rng.IntN(512))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range []Options{
+				{}, {Exec: Exec{Launch: topo.PerGPU}}, {Exec: Exec{Transport: "copy"}}, {Exec: Exec{Transport: "copy", Launch: topo.PerGPU}},
+				{Loopback: true}, {Loopback: true, Exec: Exec{Transport: "nccl"}},
+			} {
+				plain, err := Run(s, tp, o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				o.StreamEnds = true
+				r, err := Run(s, tp, o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if plain.StreamEnds != nil || r.Makespan != plain.Makespan || r.Events != plain.Events || r.Ops != nil {
+					t.Fatalf("case %d %s %+v: asking for stream ends changed the result (makespan %v against %v)", i, route, o, r.Makespan, plain.Makespan)
+				}
+				seen := map[[2]int]bool{}
+				var last units.Time
+				for _, se := range r.StreamEnds {
+					k := [2]int{se.GPU, se.Lane}
+					if seen[k] {
+						t.Fatalf("case %d %s %+v: stream %v twice", i, route, o, k)
+					}
+					seen[k] = true
+					if se.End <= 0 || se.End > r.Makespan {
+						t.Errorf("case %d %s %+v: stream %v ends at %v, the makespan is %v", i, route, o, k, se.End, r.Makespan)
+					}
+					last = max(last, se.End)
+				}
+				if last != r.Makespan {
+					t.Errorf("case %d %s %+v: the last stream ends at %v, the makespan is %v", i, route, o, last, r.Makespan)
+				}
+			}
+		}
+	}
+	for _, w := range []int{1, 4} {
+		r, err := Run(pingPong(w, 1<<20), h200(topo.ExecCosts{XferLatency: units.Microsecond, GroupLatency: 3 * units.Microsecond}), Options{GroupEnds: true, StreamEnds: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.StreamEnds) != 2 || r.StreamEnds[0].GPU != 0 || r.StreamEnds[0].Lane >= 0 || r.StreamEnds[0].End != r.GroupEnds[w-1] {
+			t.Errorf("w=%d: stream ends %+v, the last group ends at %v on GPU 0", w, r.StreamEnds, r.GroupEnds[w-1])
+		}
+	}
+}

@@ -31,7 +31,7 @@ func runOf(backend string, iters int, res *native.Result, err error) *evaluate.R
 		run.PeakDeviceBytes, run.StagingBytes = res.PeakDeviceBytes, res.StagingBytes
 		run.ProfileErr, run.GroupEnds = res.ProfileErr, res.GroupEnds
 		for _, se := range res.StreamEnds {
-			run.StreamEnds = append(run.StreamEnds, evaluate.StreamEnd{Device: se.Device, Stream: se.Stream, End: se.End})
+			run.StreamEnds = append(run.StreamEnds, evaluate.StreamEnd{Device: se.Device, Lane: se.Lane, Stream: se.Stream, End: se.End})
 		}
 	}
 	return run
@@ -177,6 +177,8 @@ process per GPU under torchrun, srun or mpirun.`)
 	eopt.Sim.Exec = opt.Settings
 	// A profile's NCCL groups, modeled beside the measured ones.
 	eopt.Sim.GroupEnds = *profile
+	// And its streams' ends beside the measured ones.
+	eopt.Sim.StreamEnds = *profile
 	// The run happens on this machine: its measured rates, latencies and
 	// executor costs, on the scenario's shape (domains, placement).
 	eopt.Machine = measured
@@ -223,6 +225,12 @@ process per GPU under torchrun, srun or mpirun.`)
 				err = fmt.Errorf("modeling the run: %w", err)
 			} else {
 				model.Point = j.point
+				if *backend == native.Loopback {
+					// The model puts every rank on one GPU: the run's.
+					for i := range model.ModeledStreamEnds {
+						model.ModeledStreamEnds[i].GPU = *device
+					}
+				}
 				ev = model
 			}
 		}
