@@ -64,9 +64,18 @@ type BoxSample struct {
 var QuantShape = []int64{24, 2048, 5120}
 
 // QuantGenShape is the box the generic quantize bench quantizes whole, in
-// per-channel scales (a scale a row): the generic kernel's rate (as
-// QuantShape, a generic shape, none of the held-out runs').
-var QuantGenShape = []int64{3072, 6144}
+// blocks of QuantGenBlock: the generic kernel's rate (as QuantShape, a
+// generic shape, none of the held-out runs'). Per-channel scales, which it
+// measured before the row kernels, run those now (program.QuantRows); the
+// row bench quantizes it in per-channel scales. 320 MiB, so that a
+// launch's fixed cost is a few percent of it (a [3072, 6144] box, 36 MiB,
+// fitted the row kernel at 0.245 of memory, and 0.48 ran on a [7168, 8192]
+// box).
+var QuantGenShape = []int64{16384, 10240}
+
+// QuantGenBlock is the generic quantize bench's block: rows x columns, a
+// shape only the generic kernel takes.
+var QuantGenBlock = [2]int64{64, 64}
 
 // BoxCases are the pack classes' representative boxes (docs/native.md),
 // each of 256-512 MiB so that a kernel's fixed cost is below 2% of it:

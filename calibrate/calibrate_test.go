@@ -23,7 +23,7 @@ func truth() *topo.Topology {
 	t.Memory = units.GBps(4200)
 	t.LatencyLocal = 2500 * units.Nanosecond
 	t.NVLink, t.NIC, t.NICLine = units.GBps(350), units.GBps(350), units.GBps(450)
-	t.Executor = topo.Executor{PackLong: 0.88, PackShort: 0.8, PackStage: 0.65, Quantize: 0.3, QuantizeGeneric: 0.12, BatchShared: 0.27, CopyShared: 0.26, NCCLBeside: 0.85, NCCLBesideBatch: 0.7}
+	t.Executor = topo.Executor{PackLong: 0.88, PackShort: 0.8, PackStage: 0.65, Quantize: 0.3, QuantizeGeneric: 0.12, QuantizeRows: 0.21, BatchShared: 0.27, CopyShared: 0.26, NCCLBeside: 0.85, NCCLBesideBatch: 0.7}
 	t.Executor.Costs[topo.OneProcess] = topo.ExecCosts{PairRate: units.GBps(365), DuplexRate: units.GBps(610), DuplexStart: 120 * units.Microsecond, DuplexStartSmall: 35 * units.Microsecond, DuplexOpLatency: 12 * units.Microsecond, DuplexOpRate: units.GBps(1800), XferLatency: 6 * units.Microsecond,
 		GroupLatency: 4 * units.Microsecond, HostGroup: 5 * units.Microsecond, HostXfer: 2 * units.Microsecond, HostLaunch: 3 * units.Microsecond, HostEvent: 900 * units.Nanosecond,
 		StartLatency: 20 * units.Microsecond, BoxLatency: 2 * units.Microsecond, Ramp: []topo.RampPoint{{Bytes: 8 << 20}, {Bytes: 32 << 20, Extra: 9 * units.Microsecond}, {Bytes: 64 << 20, Extra: 25 * units.Microsecond}}}
@@ -86,9 +86,12 @@ func measureOn(t *testing.T, tp *topo.Topology, launch topo.Launch, gpus int) In
 		qb *= n
 	}
 	in.Quant, in.QuantBytes = []units.Time{units.Time(float64(qb) / (tp.Executor.Quantize * float64(tp.Memory)) * 1e12)}, qb
-	// The generic kernel at its own: the source read, fp8 and a scale a row written.
-	gb := 3*QuantGenShape[0]*QuantGenShape[1] + 4*QuantGenShape[0]
+	// The generic kernel at its own: the source read, fp8 and a scale a
+	// block written; the row kernel the same with a scale a row.
+	gb := 3*QuantGenShape[0]*QuantGenShape[1] + 4*(QuantGenShape[0]/QuantGenBlock[0])*(QuantGenShape[1]/QuantGenBlock[1])
 	in.QuantGen, in.QuantGenBytes = []units.Time{units.Time(float64(gb) / (tp.Executor.QuantizeGeneric * float64(tp.Memory)) * 1e12)}, gb
+	rb := 3*QuantGenShape[0]*QuantGenShape[1] + 4*QuantGenShape[0]
+	in.QuantRows, in.QuantRowsBytes = []units.Time{units.Time(float64(rb) / (tp.Executor.QuantizeRows * float64(tp.Memory)) * 1e12)}, rb
 	// The batch on the whole GPU at the long class's rate, and on the
 	// grid left beside NCCL at batch_shared of it.
 	bb := BatchCase.Elem * layout.Box{Size: BatchCase.Size}.Elems()
@@ -145,6 +148,7 @@ func TestFitRecoversTheModel(t *testing.T) {
 		near("pack_stage", f.PackStage, tp.Executor.PackStage, 0.01)
 		near("quantize", f.Quantize, tp.Executor.Quantize, 0.01)
 		near("quantize_generic", f.QuantGeneric, tp.Executor.QuantizeGeneric, 0.01)
+		near("quantize_rows", f.QuantRows, tp.Executor.QuantizeRows, 0.01)
 		near("batch_shared", f.BatchShared, tp.Executor.BatchShared, 0.01)
 		// One pair alone runs at the lesser of its cap and the link.
 		near("pair_rate", float64(f.Costs.PairRate), math.Min(float64(want.PairRate), float64(tp.NVLink)), 0.01)

@@ -25,6 +25,7 @@ type Fit struct {
 	PackStage       float64
 	Quantize        float64
 	QuantGeneric    float64 // 0: not measured
+	QuantRows       float64 // 0: not measured
 	BatchShared     float64 // 0: not measured
 	CopyShared      float64 // 0: not measured (no beside bench)
 	NCCLBeside      float64 // 0: not measured (no beside bench)
@@ -57,6 +58,11 @@ type Input struct {
 	// none: no quantize_generic.
 	QuantGen      []units.Time
 	QuantGenBytes int64
+	// QuantRows is the row kernels' times on QuantGenShape in per-channel
+	// scales (sorted), and QuantRowsBytes the bytes each moves; none: no
+	// quantize_rows.
+	QuantRows      []units.Time
+	QuantRowsBytes int64
 	// BatchWhole and BatchShared are the batch bench's times (BatchCase)
 	// on the whole GPU's grid and on the grid left beside NCCL (sorted);
 	// none: no batch_shared.
@@ -201,7 +207,11 @@ func fitting(in Input) (*Fit, error) {
 		return nil, err
 	}
 	if f.QuantGeneric, err = quantRate("executor.quantize_generic", in.QuantGen, in.QuantGenBytes,
-		fmt.Sprintf("a %v bf16 box in per-channel scales (1 x %d blocks; the generic kernel)", QuantGenShape, QuantGenShape[len(QuantGenShape)-1])); err != nil {
+		fmt.Sprintf("a %v bf16 box in %d x %d blocks (the generic kernel)", QuantGenShape, QuantGenBlock[0], QuantGenBlock[1])); err != nil {
+		return nil, err
+	}
+	if f.QuantRows, err = quantRate("executor.quantize_rows", in.QuantRows, in.QuantRowsBytes,
+		fmt.Sprintf("a %v bf16 box in per-channel scales (1 x %d blocks; the row kernel)", QuantGenShape, QuantGenShape[len(QuantGenShape)-1])); err != nil {
 		return nil, err
 	}
 	if len(in.BatchWhole) > 0 && len(in.BatchShared) > 0 {
@@ -537,6 +547,7 @@ func (f *Fit) check() error {
 		{"pack_stage (staged box)", f.PackStage},
 		{"quantize", f.Quantize},
 		{"quantize_generic (quantize-generic)", f.QuantGeneric},
+		{"quantize_rows (quantize-rows)", f.QuantRows},
 		{"batch_shared (batch)", f.BatchShared},
 	} {
 		if r.v == 0 {

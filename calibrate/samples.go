@@ -34,6 +34,7 @@ type samplesDoc struct {
 	QuantizePS     []int64             `json:"quantize_ps"`
 	Batch          *batchDoc           `json:"batch,omitempty"`
 	QuantGen       *quantGenDoc        `json:"quantize_generic,omitempty"`
+	QuantRows      *quantGenDoc        `json:"quantize_rows,omitempty"`
 	QuantizeBytes  int64               `json:"quantize_bytes"`
 	Command        string              `json:"command"`
 	Date           string              `json:"date"`
@@ -89,6 +90,9 @@ func WriteSamples(w io.Writer, in Input) error {
 		Command: in.Command, Date: in.Date, Machine: in.Machine}
 	if len(in.QuantGen) > 0 {
 		d.QuantGen = &quantGenDoc{PS: ps(in.QuantGen), Bytes: in.QuantGenBytes}
+	}
+	if len(in.QuantRows) > 0 {
+		d.QuantRows = &quantGenDoc{PS: ps(in.QuantRows), Bytes: in.QuantRowsBytes}
 	}
 	if len(in.BatchWhole) > 0 || len(in.BatchShared) > 0 {
 		d.Batch = &batchDoc{WholePS: ps(in.BatchWhole), SharedPS: ps(in.BatchShared)}
@@ -208,6 +212,15 @@ func ReadSamples(data []byte) (Input, error) {
 		}
 		if in.QuantGenBytes = d.QuantGen.Bytes; in.QuantGenBytes <= 0 {
 			return Input{}, fmt.Errorf("samples: quantize_generic.bytes = %d: must be positive", d.QuantGen.Bytes)
+		}
+	}
+	if d.QuantRows != nil {
+		var err error
+		if in.QuantRows, err = times("quantize_rows.ps", d.QuantRows.PS); err != nil {
+			return Input{}, err
+		}
+		if in.QuantRowsBytes = d.QuantRows.Bytes; in.QuantRowsBytes <= 0 {
+			return Input{}, fmt.Errorf("samples: quantize_rows.bytes = %d: must be positive", d.QuantRows.Bytes)
 		}
 	}
 	if d.Batch != nil {

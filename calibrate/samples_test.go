@@ -78,10 +78,14 @@ func TestReadSamplesRefuses(t *testing.T) {
 		{"empty", "", "", "benches.copy.times_ps: 0 times"},
 		{"box class", `"long-runs"`, `"medium-runs"`, "boxes.medium-runs"},
 		{"trailing", "", "", "after the document"},
-		{"generic quantize bytes", `"bytes": 56635392`, `"bytes": 0`, "quantize_generic.bytes = 0"},
+		{"generic quantize bytes", `"bytes": 503480320`, `"bytes": 0`, "quantize_generic.bytes = 0"},
 		{"generic quantize times", `"quantize_generic": {
     "ps": [`, `"quantize_generic": {
     "ps": [0, `, "quantize_generic.ps"},
+		{"row quantize bytes", `"bytes": 503382016`, `"bytes": 0`, "quantize_rows.bytes = 0"},
+		{"row quantize times", `"quantize_rows": {
+    "ps": [`, `"quantize_rows": {
+    "ps": [0, `, "quantize_rows.ps"},
 	} {
 		doc := strings.Replace(good, c.from, c.to, 1)
 		switch c.name {
@@ -107,6 +111,7 @@ func FuzzReadSamples(f *testing.F) {
 	f.Add([]byte(`{"version": 1, "launch": "one-process", "gpus_per_process": 2, "boxes": {"staged": {"pack_ps": [3], "unpack_ps": [4], "copy_ps": [5]}}, "quantize_ps": [7], "quantize_bytes": 9}`))
 	f.Add([]byte(`{"version": 1}`))
 	f.Add([]byte(`{"version": 1, "launch": "one-process", "gpus_per_process": 2, "quantize_generic": {"ps": [5, 6], "bytes": 9}}`))
+	f.Add([]byte(`{"version": 1, "launch": "one-process", "gpus_per_process": 2, "quantize_rows": {"ps": [5, 6], "bytes": 9}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		in, err := ReadSamples(data)
 		if err != nil {

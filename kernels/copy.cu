@@ -432,8 +432,13 @@ struct QuantArgs {
     i64 src_stride[M2N_MAXD];
     i64 dst_stride[M2N_MAXD];
     i64 scale_stride[M2N_MAXD];
+    // work: for the split kernels (quantize_e4m3_split_*), device memory of
+    // 2 words a quantization block (their masked and raw amax bits) and a
+    // counter, zero before the first launch; the apply kernel's last thread
+    // block zeroes it again. Unused by the others.
+    u64 work;
 };
-static_assert(sizeof(QuantArgs) == 344, "QuantArgs is mirrored by package native: change both");
+static_assert(sizeof(QuantArgs) == 352, "QuantArgs is mirrored by package native: change both");
 
 __device__ __forceinline__ float quant_load(const QuantArgs& a, i64 off) {
     switch (a.sdt) {
@@ -869,6 +874,276 @@ __device__ void quantize_b128_batch(const QuantBatchArgs& ba) {
 extern "C" __global__ void __launch_bounds__(128) quantize_e4m3_b128_bf16_batch(QuantBatchArgs a) { quantize_b128_batch<1, 128>(a); }
 extern "C" __global__ void __launch_bounds__(128) quantize_e4m3_b128_fp16_batch(QuantBatchArgs a) { quantize_b128_batch<2, 128>(a); }
 
+// ---- the split kernels: few large blocks of 16-bit sources ----
+//
+// quantize_e4m3_split_{bf16,fp16}_{amax,apply} quantize blocks too large
+// for one thread block to take alone (per tensor, per expert: one block of
+// millions of elements; the generic kernel ran a [7168, 8192] bf16 tensor
+// in 84 ms on one thread block). Two launches over tiles, a tile one row of
+// one block's columns (lead slice l, row r, column block j): amax reduces
+// each tile's 16-bit magnitudes (integer max: their bits order as their
+// values) and adds them to its block's two words of work by atomicMax,
+// NaNs masked in the first (fmaxf's amax, as the reference) and counted in
+// the second; apply then converts each tile with its block's scale, the
+// tile at the block's first row writing it. A block holding a NaN, or
+// whose amax is outside quant_fast_ok, takes the reference's IEEE
+// division; the others quant_div, proven equal to it (TestGPUQuantDivision).
+// Sources are 16-byte aligned vectors of 8 elements (planQuantArrays
+// checks), 256 threads a thread block.
+
+// QTile is where tile t of a box lies: its first source element, its first
+// destination byte, its block's index (for work) and its scale's element
+// offset, its width in vectors, and whether it is its block's first row.
+struct QTile {
+    i64 so, dof, blk, sat;
+    int nv;
+    bool first;
+};
+
+__device__ __forceinline__ QTile qtile_at(const QuantArgs& a, i64 t) {
+    QTile q;
+    i64 j = t % a.nbc, u = t / a.nbc;
+    i64 r = u % a.rows, l = u / a.rows;
+    i64 so = 0, dof = 0, sco = 0, rest = l;
+    for (int k = a.nlead - 1; k >= 0; --k) {
+        i64 x = rest % a.size[k];
+        rest /= a.size[k];
+        so += x * a.src_stride[k];
+        dof += x * a.dst_stride[k];
+        sco += x * a.scale_stride[k];
+    }
+    const i64 c0 = j * a.bc, i = r / a.br;
+    q.so = so + r * a.src_stride[a.nlead] + c0;
+    q.dof = dof + r * a.dst_stride[a.nlead] + c0;
+    q.sat = sco + i * a.scale_stride[a.nlead] + j;
+    q.blk = (l * a.nbr + i) * a.nbc + j;
+    q.nv = (int)(imin(a.bc, a.cols - c0) / 8);
+    q.first = r % a.br == 0;
+    return q;
+}
+
+// split_reduce2 reduces (m, raw) by max over the thread block (256
+// threads); thread 0 gets the result.
+__device__ __forceinline__ void split_reduce2(unsigned& m, unsigned& raw, unsigned* sh) {
+    for (int o = 16; o > 0; o >>= 1) {
+        m = umax(m, __shfl_xor_sync(0xffffffffu, m, o));
+        raw = umax(raw, __shfl_xor_sync(0xffffffffu, raw, o));
+    }
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) {
+        sh[threadIdx.x >> 5] = m;
+        sh[8 + (threadIdx.x >> 5)] = raw;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0)
+        for (int k = 1; k < 8; ++k) {
+            m = umax(m, sh[k]);
+            raw = umax(raw, sh[8 + k]);
+        }
+}
+
+template <int SDT>
+__device__ void quantize_split_amax(const QuantArgs& a) {
+    __shared__ unsigned sh[16];
+    unsigned* work = (unsigned*)a.work;
+    const unsigned nan_above = SDT == 1 ? 0x7f80u : 0x7c00u;
+    const i64 tiles = a.lead * a.rows * a.nbc;
+    // A thread block's running maxes, flushed when its block changes.
+    i64 cur = -1;
+    unsigned m = 0, raw = 0;
+    for (i64 t = blockIdx.x; t < tiles; t += gridDim.x) {
+        const QTile q = qtile_at(a, t);
+        if (q.blk != cur) {
+            if (cur >= 0) {
+                split_reduce2(m, raw, sh);
+                if (threadIdx.x == 0) {
+                    atomicMax(&work[2 * cur], m);
+                    atomicMax(&work[2 * cur + 1], raw);
+                }
+            }
+            cur = q.blk;
+            m = 0;
+            raw = 0;
+        }
+        const unsigned short* src = (const unsigned short*)a.src + q.so;
+        for (int v = threadIdx.x; v < q.nv; v += 256) {
+            const u32x4 w = ldg16(src + v * 8);
+            const unsigned h[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const unsigned lo = h[k] & 0x7fffu, hi = (h[k] >> 16) & 0x7fffu;
+                raw = umax(raw, umax(lo, hi));
+                m = umax(m, umax(lo > nan_above ? 0u : lo, hi > nan_above ? 0u : hi));
+            }
+        }
+    }
+    if (cur >= 0) {
+        split_reduce2(m, raw, sh);
+        if (threadIdx.x == 0) {
+            atomicMax(&work[2 * cur], m);
+            atomicMax(&work[2 * cur + 1], raw);
+        }
+    }
+}
+
+template <int SDT>
+__device__ void quantize_split_apply(const QuantArgs& a) {
+    unsigned* work = (unsigned*)a.work;
+    const unsigned nan_above = SDT == 1 ? 0x7f80u : 0x7c00u;
+    const i64 tiles = a.lead * a.rows * a.nbc;
+    const i64 nblocks = a.lead * a.nbr * a.nbc;
+    for (i64 t = blockIdx.x; t < tiles; t += gridDim.x) {
+        const QTile q = qtile_at(a, t);
+        const unsigned mb = work[2 * q.blk], rawb = work[2 * q.blk + 1];
+        const float amax = h16_to_f<SDT>((unsigned short)mb);
+        const bool fast = rawb <= nan_above && quant_fast_ok(amax);
+        const float s = fast ? quant_fast_scale(amax) : quant_scale(amax);
+        const float r = quant_recip(s);
+        if (q.first && threadIdx.x == 0) ((float*)a.scale)[q.sat] = s;
+        const unsigned short* src = (const unsigned short*)a.src + q.so;
+        unsigned char* dst = (unsigned char*)a.dst + q.dof;
+        for (int v = threadIdx.x; v < q.nv; v += 256) {
+            const u32x4 w = ldg16(src + v * 8);
+            unsigned o[2];
+            if (fast) {
+                quant_vec<SDT>(w, s, r, o);
+            } else {
+                const unsigned h[4] = {w.x, w.y, w.z, w.w};
+                unsigned p[4];
+#pragma unroll
+                for (int k = 0; k < 4; ++k)
+                    p[k] = to_e4m3x2(__fdiv_rn(h16_to_f<SDT>((unsigned short)(h[k] >> 16)), s), __fdiv_rn(h16_to_f<SDT>((unsigned short)(h[k] & 0xffffu)), s));
+                o[0] = p[0] | p[1] << 16;
+                o[1] = p[2] | p[3] << 16;
+            }
+            asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(dst + v * 8), "r"(o[0]), "r"(o[1]) : "memory");
+        }
+    }
+    // The last thread block to finish zeroes the work for the next launch:
+    // every other has read its blocks' words by then.
+    __shared__ bool last;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        last = atomicAdd(&work[2 * nblocks], 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (last) {
+        __threadfence();
+        for (i64 k = threadIdx.x; k <= 2 * nblocks; k += blockDim.x) work[k] = 0;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) quantize_e4m3_split_bf16_amax(QuantArgs a) { quantize_split_amax<1>(a); }
+extern "C" __global__ void __launch_bounds__(256) quantize_e4m3_split_fp16_amax(QuantArgs a) { quantize_split_amax<2>(a); }
+extern "C" __global__ void __launch_bounds__(256) quantize_e4m3_split_bf16_apply(QuantArgs a) { quantize_split_apply<1>(a); }
+extern "C" __global__ void __launch_bounds__(256) quantize_e4m3_split_fp16_apply(QuantArgs a) { quantize_split_apply<2>(a); }
+
+// ---- the row kernels: blocks of one row of 16-bit sources ----
+//
+// quantize_e4m3_rows_{bf16,fp16} quantize blocks of one row (per-channel
+// scales: a scale a row; or 1 x bc blocks) of 16-bit sources in 16-byte
+// vectors: a thread block of 256 threads a block, grid-strided. The amax
+// pass is an integer max of the magnitudes (NaN masked: a NaN sends the
+// block to quant_block, the reference's code), four loads in flight a
+// thread; the second pass reads the row again (from L2) and converts with
+// quant_div, proven equal to IEEE division (TestGPUQuantDivision). The
+// generic kernel spent 241 us on a [7168, 8192] bf16 tensor in per-channel
+// scales, mostly in IEEE divisions.
+
+// QRow is where block b (one row of the box, columns c0 .. c0 + 8 nv) of
+// a box lies.
+struct QRow {
+    i64 so, dof, sat;
+    int nv;
+};
+
+__device__ __forceinline__ QRow qrow_at(const QuantArgs& a, i64 b) {
+    QRow q;
+    i64 j = b % a.nbc, t = b / a.nbc;
+    i64 r = t % a.rows, l = t / a.rows; // a block a row: nbr == rows
+    i64 so = 0, dof = 0, sco = 0, rest = l;
+    for (int k = a.nlead - 1; k >= 0; --k) {
+        i64 x = rest % a.size[k];
+        rest /= a.size[k];
+        so += x * a.src_stride[k];
+        dof += x * a.dst_stride[k];
+        sco += x * a.scale_stride[k];
+    }
+    const i64 c0 = j * a.bc;
+    q.so = so + r * a.src_stride[a.nlead] + c0;
+    q.dof = dof + r * a.dst_stride[a.nlead] + c0;
+    q.sat = sco + r * a.scale_stride[a.nlead] + j;
+    q.nv = (int)(imin(a.bc, a.cols - c0) / 8);
+    return q;
+}
+
+template <int SDT>
+__device__ __forceinline__ void quant_row(const QuantArgs& a, const QRow& q, unsigned* ured, float* red) {
+    const unsigned nan_above = SDT == 1 ? 0x7f80u : 0x7c00u;
+    const unsigned short* src = (const unsigned short*)a.src + q.so;
+    unsigned m = 0;
+    int v = threadIdx.x;
+    for (; v + 3 * 256 < q.nv; v += 4 * 256) {
+        u32x4 w[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) w[k] = ldg16(src + (v + k * 256) * 8);
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+            m = umax16x2(m, umax16x2(umax16x2(w[k].x & 0x7fff7fffu, w[k].y & 0x7fff7fffu), umax16x2(w[k].z & 0x7fff7fffu, w[k].w & 0x7fff7fffu)));
+    }
+    for (; v < q.nv; v += 256) {
+        const u32x4 w = ldg16(src + v * 8);
+        m = umax16x2(m, umax16x2(umax16x2(w.x & 0x7fff7fffu, w.y & 0x7fff7fffu), umax16x2(w.z & 0x7fff7fffu, w.w & 0x7fff7fffu)));
+    }
+    m = umax(m & 0xffffu, m >> 16);
+    for (int o = 16; o > 0; o >>= 1) m = umax(m, __shfl_xor_sync(0xffffffffu, m, o));
+    __syncthreads(); // the previous block's readers of ured are done
+    if ((threadIdx.x & 31) == 0) ured[threadIdx.x >> 5] = m;
+    __syncthreads();
+    m = ured[0];
+#pragma unroll
+    for (int k = 1; k < 8; ++k) m = umax(m, ured[k]);
+    const float amax = h16_to_f<SDT>((unsigned short)m);
+    if (m > nan_above || !quant_fast_ok(amax)) {
+        quant_block<8>(a, q.so, q.dof, q.sat, 1, q.nv, red);
+        return;
+    }
+    const float s = quant_fast_scale(amax), r = quant_recip(s);
+    if (threadIdx.x == 0) ((float*)a.scale)[q.sat] = s;
+    unsigned char* dst = (unsigned char*)a.dst + q.dof;
+    for (v = threadIdx.x; v < q.nv; v += 256) {
+        unsigned o[2];
+        quant_vec<SDT>(ldg16(src + v * 8), s, r, o);
+        asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(dst + v * 8), "r"(o[0]), "r"(o[1]) : "memory");
+    }
+}
+
+template <int SDT>
+__device__ void quantize_rows(const QuantArgs& a) {
+    __shared__ unsigned ured[8];
+    __shared__ float red[33];
+    const i64 nblocks = a.lead * a.rows * a.nbc;
+    for (i64 b = blockIdx.x; b < nblocks; b += gridDim.x) quant_row<SDT>(a, qrow_at(a, b), ured, red);
+}
+
+template <int SDT>
+__device__ void quantize_rows_batch(const QuantBatchArgs& ba) {
+    __shared__ unsigned ured[8];
+    __shared__ float red[33];
+    const QuantArgs* A = (const QuantArgs*)ba.args;
+    const i64* P = (const i64*)ba.prefix;
+    for (i64 b = blockIdx.x; b < ba.blocks; b += gridDim.x) {
+        const int j = qjob(P, ba.n, b);
+        quant_row<SDT>(A[j], qrow_at(A[j], b - P[j]), ured, red);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) quantize_e4m3_rows_bf16(QuantArgs a) { quantize_rows<1>(a); }
+extern "C" __global__ void __launch_bounds__(256) quantize_e4m3_rows_fp16(QuantArgs a) { quantize_rows<2>(a); }
+extern "C" __global__ void __launch_bounds__(256) quantize_e4m3_rows_bf16_batch(QuantBatchArgs a) { quantize_rows_batch<1>(a); }
+extern "C" __global__ void __launch_bounds__(256) quantize_e4m3_rows_fp16_batch(QuantBatchArgs a) { quantize_rows_batch<2>(a); }
+
 // QuantDivArgs: quant_div_check counts, over every pair of 16-bit values
 // (x, amax) of dtype sdt (1 bf16, 2 fp16) with amax a non-negative
 // magnitude where quant_fast_ok, the pairs where quant_fast_scale differs
@@ -932,8 +1207,11 @@ struct QuantCheckArgs {
     i64 start[M2N_MAXD];
     i64 size[M2N_MAXD];
     i64 gstride[M2N_MAXD];
+    // work: for verify_quant_amax and verify_quant_tiles, a word a
+    // quantization block (its amax's bits), zero before the first.
+    u64 work;
 };
-static_assert(sizeof(QuantCheckArgs) == 232, "QuantCheckArgs is mirrored by package native: change both");
+static_assert(sizeof(QuantCheckArgs) == 240, "QuantCheckArgs is mirrored by package native: change both");
 
 __device__ __forceinline__ float check_value(const QuantCheckArgs& a, const i64* idx) {
     u64 g = 0;
@@ -986,6 +1264,83 @@ extern "C" __global__ void verify_quant(QuantCheckArgs a, u64* bad) {
             idx[nd - 1] = c0 + e % nc;
             unsigned char want = to_e4m3(__fdiv_rn(check_value(a, idx), s));
             i64 at = (l * rows + idx[nd - 2]) * cols + idx[nd - 1];
+            if (((const unsigned char*)a.buf)[at] != want) {
+                count++;
+                if ((u64)at < first) first = (u64)at;
+            }
+        }
+    }
+    if (count) {
+        atomicAdd(&bad[0], count);
+        atomicMin(&bad[1], first);
+    }
+}
+
+// verify_quant_amax and verify_quant_tiles are verify_quant for blocks
+// too large for a thread block each (the split kernels' blocks: per
+// tensor, per expert), over tiles, a row of a block's columns each: the
+// first puts each block's amax in work (atomicMax of the bits of a finite
+// non-negative float, which order as its value), the second checks each
+// tile's bytes, or, at a block's first row, its scale.
+__device__ __forceinline__ void vq_tile(const QuantCheckArgs& a, i64 t, i64 nbr, i64 nbc, i64* idx, i64& blk, i64& r, i64& c0, i64& nc) {
+    const int nd = a.nd;
+    const i64 rows = a.size[nd - 2], cols = a.size[nd - 1];
+    i64 j = t % nbc, u = t / nbc;
+    r = u % rows;
+    i64 l = u / rows, rest = l;
+    for (int d = nd - 3; d >= 0; --d) {
+        idx[d] = rest % a.size[d];
+        rest /= a.size[d];
+    }
+    c0 = j * a.bc;
+    nc = imin(a.bc, cols - c0);
+    blk = (l * nbr + r / a.br) * nbc + j;
+    idx[nd - 2] = r;
+}
+
+extern "C" __global__ void verify_quant_amax(QuantCheckArgs a, u64* bad) {
+    __shared__ float red[33];
+    const int nd = a.nd;
+    const i64 rows = a.size[nd - 2], cols = a.size[nd - 1];
+    const i64 nbr = (rows + a.br - 1) / a.br, nbc = (cols + a.bc - 1) / a.bc;
+    i64 lead = 1;
+    for (int d = 0; d < nd - 2; ++d) lead *= a.size[d];
+    for (i64 t = blockIdx.x; t < lead * rows * nbc; t += gridDim.x) {
+        i64 idx[M2N_MAXD], blk, r, c0, nc;
+        vq_tile(a, t, nbr, nbc, idx, blk, r, c0, nc);
+        float amax = 0.0f;
+        for (i64 e = threadIdx.x; e < nc; e += blockDim.x) {
+            idx[nd - 1] = c0 + e;
+            amax = fmaxf(amax, fabsf(check_value(a, idx)));
+        }
+        amax = block_max(amax, red);
+        if (threadIdx.x == 0) atomicMax((unsigned*)a.work + blk, __float_as_uint(amax));
+    }
+}
+
+extern "C" __global__ void verify_quant_tiles(QuantCheckArgs a, u64* bad) {
+    const int nd = a.nd;
+    const i64 rows = a.size[nd - 2], cols = a.size[nd - 1];
+    const i64 nbr = (rows + a.br - 1) / a.br, nbc = (cols + a.bc - 1) / a.bc;
+    i64 lead = 1;
+    for (int d = 0; d < nd - 2; ++d) lead *= a.size[d];
+    u64 count = 0, first = ~0ULL;
+    for (i64 t = blockIdx.x; t < lead * rows * nbc; t += gridDim.x) {
+        i64 idx[M2N_MAXD], blk, r, c0, nc;
+        vq_tile(a, t, nbr, nbc, idx, blk, r, c0, nc);
+        const float s = quant_scale(__uint_as_float(((const unsigned*)a.work)[blk]));
+        if (a.scales) {
+            if (r % a.br == 0 && threadIdx.x == 0 && __float_as_uint(((const float*)a.buf)[blk]) != __float_as_uint(s)) {
+                count++;
+                if ((u64)blk < first) first = (u64)blk;
+            }
+            continue;
+        }
+        const i64 l = t / nbc / rows;
+        for (i64 e = threadIdx.x; e < nc; e += blockDim.x) {
+            idx[nd - 1] = c0 + e;
+            unsigned char want = to_e4m3(__fdiv_rn(check_value(a, idx), s));
+            i64 at = (l * rows + r) * cols + c0 + e;
             if (((const unsigned char*)a.buf)[at] != want) {
                 count++;
                 if ((u64)at < first) first = (u64)at;

@@ -51,5 +51,7 @@ var Names = []string{
 	"quantize_e4m3_1", "quantize_e4m3_4", "quantize_e4m3_8", "quantize_e4m3_b128_bf16", "quantize_e4m3_b128_fp16",
 	"quantize_e4m3_1_batch", "quantize_e4m3_4_batch", "quantize_e4m3_8_batch",
 	"quantize_e4m3_b128_bf16_batch", "quantize_e4m3_b128_fp16_batch",
-	"verify_quant", "e4m3_convert", "quant_div_check", "flag_wait",
+	"quantize_e4m3_rows_bf16", "quantize_e4m3_rows_fp16", "quantize_e4m3_rows_bf16_batch", "quantize_e4m3_rows_fp16_batch",
+	"quantize_e4m3_split_bf16_amax", "quantize_e4m3_split_fp16_amax", "quantize_e4m3_split_bf16_apply", "quantize_e4m3_split_fp16_apply",
+	"verify_quant", "verify_quant_amax", "verify_quant_tiles", "e4m3_convert", "quant_div_check", "flag_wait",
 }

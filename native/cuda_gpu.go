@@ -25,6 +25,7 @@ import (
 
 	"github.com/m2n-project/m2n/kernels"
 	"github.com/m2n-project/m2n/model/units"
+	"github.com/m2n-project/m2n/program"
 )
 
 // CUDA constants.
@@ -602,6 +603,18 @@ var quantBlocksShared = envInt("M2N_QUANT_BLOCKS", 0)
 
 func (g *cudaGPU) quantize(a *quantArgs, kernel string, shared bool, st handle) error {
 	args := *a
+	if isSplit(kernel) {
+		// Two launches over the box's tiles: the blocks' amax, then the
+		// bytes and scales.
+		if args.Work == 0 {
+			return fmt.Errorf("%s: no work memory planned", kernel)
+		}
+		tiles := a.Lead * a.Rows * a.NBC
+		if err := g.launchQuant(kernel, kernel+"_amax", tiles, shared, st, unsafe.Pointer(&args), unsafe.Sizeof(args)); err != nil {
+			return err
+		}
+		return g.launchQuant(kernel, kernel+"_apply", tiles, shared, st, unsafe.Pointer(&args), unsafe.Sizeof(args))
+	}
 	return g.launchQuant(kernel, kernel, a.Lead*a.NBR*a.NBC, shared, st, unsafe.Pointer(&args), unsafe.Sizeof(args))
 }
 
@@ -624,12 +637,34 @@ func (g *cudaGPU) launchQuant(kernel, fn string, nb int64, shared bool, st handl
 
 func (g *cudaGPU) verifyQuant(a *quantCheckArgs, st handle) (bad, first int64, err error) {
 	args := *a
-	var blocks int64 = 1
+	var lead int64 = 1
 	for d := 0; d < int(a.ND)-2; d++ {
-		blocks *= a.Size[d]
+		lead *= a.Size[d]
 	}
-	blocks *= (a.Size[a.ND-2] + a.BR - 1) / a.BR * ((a.Size[a.ND-1] + a.BC - 1) / a.BC)
-	return g.verifyWith(st, "verify_quant", blocks, unsafe.Pointer(&args), unsafe.Sizeof(args))
+	rows, cols := a.Size[a.ND-2], a.Size[a.ND-1]
+	nbc := (cols + a.BC - 1) / a.BC
+	blocks := lead * (rows + a.BR - 1) / a.BR * nbc
+	if min(a.BR, rows)*min(a.BC, cols) < program.SplitMinElems {
+		return g.verifyWith(st, "verify_quant", blocks, unsafe.Pointer(&args), unsafe.Sizeof(args))
+	}
+	// Blocks too large for a thread block each (per tensor): over tiles,
+	// their amax first.
+	dev := g.owner[st]
+	n := 4 * blocks
+	w, err := g.alloc(dev, n)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer g.free(dev, w)
+	if err := g.upload(dev, w, make([]byte, n)); err != nil {
+		return 0, 0, err
+	}
+	args.Work = w
+	tiles := lead * rows * nbc
+	if err := g.launch(dev, "verify_quant_amax", int(max(1, min(tiles, int64(8*g.sms[dev])))), 256, st, unsafe.Pointer(&args), unsafe.Sizeof(args), g.counter[dev], 2); err != nil {
+		return 0, 0, err
+	}
+	return g.verifyWith(st, "verify_quant_tiles", tiles, unsafe.Pointer(&args), unsafe.Sizeof(args))
 }
 
 func (g *cudaGPU) verify(a *patternArgs, st handle) (bad, first int64, err error) {

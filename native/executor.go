@@ -1331,6 +1331,26 @@ func (x *Executor) planLocals() error {
 	}
 	x.batches = map[int]*batchPlan{}
 	descBytes := map[int]int64{}
+	// The split quantize kernels' work memory, in the same allocation as
+	// the descriptors: an offset per op, zeroed once (the kernels leave it
+	// zero).
+	type workAt struct {
+		lp  int32
+		dev int
+		off int64
+		n   int64
+	}
+	var works []workAt
+	for i, k := range x.lpOf {
+		if k < 0 || x.lps[k].kind != lpQuant || !isSplit(x.lps[k].kernel) {
+			continue
+		}
+		a := &x.lps[k].quant
+		d := x.devOf[x.s.Ops[i].Rank]
+		w := workAt{lp: k, dev: d, off: descBytes[d], n: splitWorkBytes(a.Lead * a.NBR * a.NBC)}
+		descBytes[d] += align(w.n)
+		works = append(works, w)
+	}
 	for k := range x.prog.Steps {
 		st := &x.prog.Steps[k]
 		if st.Batch == nil || !x.local(x.s.Ops[st.Op].Rank) {
@@ -1379,6 +1399,13 @@ func (x *Executor) planLocals() error {
 			return fmt.Errorf("allocating the batches' descriptors on GPU %d: %w", d, err)
 		}
 		x.descMem[d] = base
+	}
+	for _, w := range works {
+		addr := x.descMem[w.dev] + uint64(w.off)
+		if err := x.g.upload(w.dev, addr, make([]byte, w.n)); err != nil {
+			return err
+		}
+		x.lps[w.lp].quant.Work = addr
 	}
 	for k, bp := range x.batches {
 		d := x.prog.Streams[x.prog.Steps[k].Stream].Dev

@@ -9,6 +9,7 @@ import (
 
 	"github.com/m2n-project/m2n/hostexec"
 	"github.com/m2n-project/m2n/model/units"
+	"github.com/m2n-project/m2n/program"
 )
 
 // fakeGPU is a device layer in host memory. Work queues per stream and runs
@@ -230,6 +231,19 @@ func (f *fakeGPU) verify(a *patternArgs, st handle) (int64, int64, error) {
 }
 func (f *fakeGPU) quantize(a *quantArgs, kernel string, shared bool, st handle) error {
 	args := *a
+	if isSplit(kernel) {
+		// The split kernels need their work memory, zero at each launch
+		// (the real ones leave it zero).
+		n := splitWorkBytes(args.Lead * args.NBR * args.NBC)
+		if args.Work == 0 || int64(args.Work)+n > int64(len(f.mem)) {
+			return fmt.Errorf("fake: %s without its %d bytes of work memory (at %#x)", kernel, n, args.Work)
+		}
+		for _, b := range f.mem[args.Work : int64(args.Work)+n] {
+			if b != 0 {
+				return fmt.Errorf("fake: %s: its work memory at %#x is not zero", kernel, args.Work)
+			}
+		}
+	}
 	f.quantKernels[kernel]++
 	f.enqueue(st, fakeOp{run: func() {
 		emulateQuant(f.mem, args)
@@ -243,6 +257,9 @@ func (f *fakeGPU) quantize(a *quantArgs, kernel string, shared bool, st handle) 
 	return nil
 }
 func (f *fakeGPU) quantizeBatch(a *quantBatchArgs, kernel string, shared bool, st handle) error {
+	if !program.HasBatchForm(kernel) {
+		return fmt.Errorf("fake: %s has no batch form", kernel)
+	}
 	as := make([]quantArgs, a.N)
 	if err := binary.Read(bytes.NewReader(f.mem[a.Args:a.Prefix]), binary.LittleEndian, as); err != nil {
 		return err

@@ -13,8 +13,12 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/m2n-project/m2n/internal/schedtest"
+	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/layout"
+	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/model/units"
+	"github.com/m2n-project/m2n/plan"
 	"github.com/m2n-project/m2n/program"
 )
 
@@ -81,6 +85,33 @@ func runQuantCase(t *testing.T, g *cudaGPU, dev int, st handle, rng *rand.Rand, 
 			program.RowMajor(append(append([]int64(nil), c.size[:nd-2]...), sb...)), c.size, c.br, c.bc, sdt, elem)
 	}
 	a, kernel := plan(base)
+	if isSplit(kernel) {
+		// Their work memory, zero once: the kernels leave it zero, which
+		// a second run on other values checks (a stale amax would change
+		// its scales).
+		n := splitWorkBytes(a.Lead * a.NBR * a.NBC)
+		w, err := g.alloc(dev, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.free(dev, w)
+		if err := g.upload(dev, w, make([]byte, n)); err != nil {
+			t.Fatal(err)
+		}
+		a.Work = w
+		if err := g.quantize(&a, kernel, false, st); err != nil {
+			t.Fatal(err)
+		}
+		for k := int64(0); k < srcBytes; k += elem { // smaller values, the same layout
+			v := binary.LittleEndian.Uint16(host[c.srcOff+uint64(k):])
+			if elem == 2 && v&0x7fff > 0x0100 {
+				binary.LittleEndian.PutUint16(host[c.srcOff+uint64(k):], v-0x0100)
+			}
+		}
+		if err := g.upload(dev, base, host); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := g.quantize(&a, kernel, false, st); err != nil {
 		t.Fatal(err)
 	}
@@ -160,6 +191,66 @@ func TestGPUQuantizeKernels(t *testing.T) {
 			t.Errorf("128 x 128 case %d: %s, %v box %v in %v at %v, special %d: %d bytes differ from the reference", i, kernel, c.dt, c.size, c.srcFull, c.srcStart, c.special, bad)
 		}
 	}
+	// The row kernels: blocks of one row (per channel, or 1 x bc) of
+	// 16-bit sources, rows of every length, strided, lead dims; rows of
+	// tiny or huge magnitudes take the reference's code.
+	for i := range 30 {
+		c := quantCase{dt: []layout.DType{layout.BF16, layout.FP16}[i%2], special: i / 2 % 3, br: 1}
+		nd := 2 + rng.IntN(2)
+		c.srcFull, c.srcStart, c.size = make([]int64, nd), make([]int64, nd), make([]int64, nd)
+		for d := range nd {
+			c.size[d] = 1 + rng.Int64N(3)
+		}
+		c.size[nd-2], c.size[nd-1] = 1+rng.Int64N(400), 8*(1+rng.Int64N([]int64{8, 300, 4000}[i%3]))
+		c.bc = c.size[nd-1] // per channel
+		if i%5 == 4 {
+			c.bc = 8 * (1 + rng.Int64N(c.size[nd-1]/8)) // 1 x bc blocks
+		}
+		for d := range nd {
+			c.srcFull[d] = c.size[d]
+			if rng.IntN(2) == 0 {
+				c.srcFull[d] += 8 * rng.Int64N(3)
+				c.srcStart[d] = (c.srcFull[d] - c.size[d]) / 8 * 8
+			}
+		}
+		kernel, bad := runQuantCase(t, g, dev, st, rng, c)
+		kernels[kernel]++
+		if !strings.HasPrefix(kernel, "quantize_e4m3_rows_") || bad > 0 {
+			t.Errorf("row case %d: %s, %v box %v in %v at %v, blocks 1x%d, special %d: %d bytes differ from the reference", i, kernel, c.dt, c.size, c.srcFull, c.srcStart, c.bc, c.special, bad)
+		}
+	}
+	// The split kernels: blocks of at least program.SplitMinElems of
+	// 16-bit sources (per tensor, per expert, large blocks), lead dims,
+	// strided, rows of every length; blocks of tiny or huge magnitudes
+	// take the IEEE division.
+	for i := range 24 {
+		c := quantCase{dt: []layout.DType{layout.BF16, layout.FP16}[i%2], special: i / 2 % 3}
+		nd := 2 + rng.IntN(2)
+		c.srcFull, c.srcStart, c.size = make([]int64, nd), make([]int64, nd), make([]int64, nd)
+		for d := range nd {
+			c.size[d] = 1 + rng.Int64N(3)
+		}
+		c.size[nd-2], c.size[nd-1] = 64+rng.Int64N(700), 8*(64+rng.Int64N(400))
+		c.br, c.bc = c.size[nd-2], c.size[nd-1] // per tensor (a scale a lead slice): at least 64 x 512
+		if i%3 == 2 {
+			// blocks of up to 64 rows and half the columns (rounded up to
+			// vectors): two column blocks and several row blocks
+			c.size[nd-1] = 8 * (128 + rng.Int64N(300))
+			c.br, c.bc = 64, 8*((c.size[nd-1]/8+1)/2)
+		}
+		for d := range nd {
+			c.srcFull[d] = c.size[d]
+			if rng.IntN(2) == 0 {
+				c.srcFull[d] += 8 * rng.Int64N(3)
+				c.srcStart[d] = (c.srcFull[d] - c.size[d]) / 8 * 8
+			}
+		}
+		kernel, bad := runQuantCase(t, g, dev, st, rng, c)
+		kernels[kernel]++
+		if !isSplit(kernel) || bad > 0 {
+			t.Errorf("split case %d: %s, %v box %v in %v at %v, blocks %dx%d, special %d: %d bytes differ from the reference", i, kernel, c.dt, c.size, c.srcFull, c.srcStart, c.br, c.bc, c.special, bad)
+		}
+	}
 	t.Logf("kernels exercised: %v", kernels)
 }
 
@@ -189,6 +280,10 @@ func TestGPUQuantizeBatch(t *testing.T) {
 			if round%2 == 0 { // the 128 x 128 kernels
 				dt, br, bc = []layout.DType{layout.BF16, layout.FP16}[round/2%2], 128, 128
 				size[1] = 128 * (1 + rng.Int64N(3))
+			} else if round%4 == 1 { // the row kernels
+				dt, br = []layout.DType{layout.BF16, layout.FP16}[round/4%2], 1
+				size[1] = 8 * (1 + rng.Int64N(300))
+				bc = []int64{8, size[1]}[rng.IntN(2)]
 			}
 			elem := dt.Size()
 			sb := []int64{(size[0] + br - 1) / br, (size[1] + bc - 1) / bc}
@@ -251,6 +346,9 @@ func TestGPUQuantizeBatch(t *testing.T) {
 		for _, b := range append(bufs, base) {
 			g.free(dev, b)
 		}
+	}
+	if launched["quantize_e4m3_rows_bf16_batch"]+launched["quantize_e4m3_rows_fp16_batch"] == 0 {
+		t.Errorf("batch kernels launched: %v; want the row kernels' too", launched)
 	}
 	if launched["quantize_e4m3_b128_bf16_batch"]+launched["quantize_e4m3_b128_fp16_batch"] == 0 || len(launched) < 3 {
 		t.Errorf("batch kernels launched: %v; want the 128 x 128 and generic ones", launched)
@@ -491,5 +589,95 @@ func BenchmarkGPUQuantize(b *testing.B) {
 		g.free(dev, dst)
 		g.free(dev, sc)
 		g.free(dev, cp)
+	}
+}
+
+// Quantized schedules on the GPU with blocks for the split kernels (per
+// tensor and per expert scales of 16-bit sources), in loopback over copies
+// and NCCL: every fp8 byte and scale checked there by the tiled check
+// (verify_quant_amax, verify_quant_tiles), which then fails on one flipped
+// fp8 byte and on one flipped scale.
+func TestGPUSplitQuantizeSchedules(t *testing.T) {
+	if _, err := Devices(); err != nil {
+		skipWithoutGPU(t, err)
+	}
+	rng := rand.New(rand.NewPCG(67, 68))
+	tp, _ := topo.Preset("hgx-h200")
+	tp.GPUsPerDomain, tp.Domains = 2, 2
+	for i := 0; i < 8; {
+		nd := 2 + rng.IntN(2)
+		shape := make([]int64, nd)
+		for d := range shape {
+			shape[d] = 1 + rng.Int64N(3)
+		}
+		shape[nd-2], shape[nd-1] = 64+rng.Int64N(512), 8*(64+rng.Int64N(512))
+		src := schedtest.Layout(rng, shape, []int{0, 1})
+		dst := schedtest.Layout(rng, shape, []int{2, 3})
+		src.DType = []layout.DType{layout.BF16, layout.FP16}[rng.IntN(2)]
+		dst.DType = layout.FP8E4M3
+		q := layout.Quant{Scheme: layout.QuantTensor}
+		if src.Mesh.Validate() != nil || dst.Mesh.Validate() != nil || layout.CheckBlocks(dst, q) != nil {
+			continue
+		}
+		route := plan.Routes[rng.IntN(len(plan.Routes))]
+		s, err := plan.Build([]ir.Tensor{{Name: "w.weight", Src: src, Dst: dst, Quant: q}}, tp, plan.Options{Route: route, ChunkBytes: 1 << 16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, opt := range []Options{
+			{Backend: Loopback, Settings: program.Settings{Transport: TransportCopy, Lanes: 1 + rng.IntN(4), Graph: i%2 == 0}, Iters: 2},
+			{Backend: Loopback, Settings: program.Settings{Transport: TransportNCCL, Lanes: 1 + rng.IntN(4)}, Iters: 2},
+		} {
+			runGPU(t, i, s, opt)
+		}
+		if i < 2 {
+			checkFailsOnFlip(t, s)
+		}
+		i++
+	}
+}
+
+// checkFailsOnFlip runs s in loopback, then flips one bit of an fp8 output
+// and of a scale on the GPU: the check must find each.
+func checkFailsOnFlip(t *testing.T, s *ir.Schedule) {
+	t.Helper()
+	x, err := New(s, Options{Backend: Loopback, Iters: 1})
+	skipWithoutGPU(t, err)
+	defer x.Close()
+	if _, err := x.Run(); err != nil {
+		t.Fatal(err)
+	}
+	g := x.g.(*cudaGPU)
+	for _, scales := range []bool{false, true} {
+		buf := -1
+		for i, b := range s.Buffers {
+			if b.Kind == ir.Output && (s.Tensors[b.Tensor].ScaleOf > 0) == scales && (scales || s.Tensors[b.Tensor].Quant.On()) {
+				buf = i
+				break
+			}
+		}
+		if buf < 0 {
+			t.Fatalf("no output buffer of %s", map[bool]string{false: "fp8", true: "scales"}[scales])
+		}
+		d := x.devOf[int32(s.Buffers[buf].Rank)]
+		at := x.bufAddr[buf] + uint64(s.Buffers[buf].Bytes/2)
+		b := make([]byte, 1)
+		if err := g.download(d, b, at); err != nil {
+			t.Fatal(err)
+		}
+		flipped := []byte{b[0] ^ 0x40}
+		if err := g.upload(d, at, flipped); err != nil {
+			t.Fatal(err)
+		}
+		var res Result
+		if err := x.check(&res); err != nil {
+			t.Fatal(err)
+		}
+		if res.Verified || res.WrongElems != 1 {
+			t.Errorf("a flipped %s byte: verified %v, %d wrong elements; want 1", map[bool]string{false: "fp8", true: "scale"}[scales], res.Verified, res.WrongElems)
+		}
+		if err := g.upload(d, at, b); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -20,7 +20,19 @@ type quantArgs struct {
 	SrcStride                          [maxDims]int64
 	DstStride                          [maxDims]int64
 	ScaleStride                        [maxDims]int64
+	// Work is the split kernels' device memory (splitWorkBytes; zero
+	// before their first launch), 0 for the other kernels.
+	Work uint64
 }
+
+// splitWorkBytes is the device memory a split kernel's launch needs for a
+// box of nb quantization blocks: two words a block and a counter (struct
+// QuantArgs in kernels/copy.cu).
+func splitWorkBytes(nb int64) int64 { return 4 * (2*nb + 1) }
+
+// isSplit reports whether kernel is one of the split kernels, which run as
+// two launches (its _amax, then its _apply) with work memory.
+func isSplit(kernel string) bool { return strings.HasPrefix(kernel, "quantize_e4m3_split_") }
 
 // quantBatchArgs mirrors struct QuantBatchArgs in kernels/copy.cu: the
 // device addresses of a batch's quantArgs and of their blocks' prefix
@@ -77,6 +89,7 @@ type quantCheckArgs struct {
 	Tensor, SDT, ND, Scales int32
 	BR, BC                  int64
 	Start, Size, GStride    [maxDims]int64
+	Work                    uint64 // verify_quant_amax's and verify_quant_tiles' (a word a block), else 0
 }
 
 // sdtCode is the kernels' code of a quantized tensor's source dtype.
@@ -166,6 +179,15 @@ func quantGrid(kernel string, nb int64, sms, most int) (threads int, grid int64)
 		}
 		per := (nb + blocks - 1) / blocks
 		return 128, (nb + per - 1) / per
+	}
+	if isSplit(kernel) {
+		// nb counts tiles here (a row of a block's columns each): four
+		// thread blocks a multiprocessor, striding over them.
+		grid = max(1, min(nb, int64(4*sms)))
+		if most > 0 {
+			grid = min(grid, int64(most))
+		}
+		return 256, grid
 	}
 	grid = min(nb, int64(8*sms))
 	if most > 0 {

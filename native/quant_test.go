@@ -15,11 +15,11 @@ import (
 )
 
 func TestQuantArgsLayout(t *testing.T) {
-	if n := unsafe.Sizeof(quantArgs{}); n != 344 {
-		t.Errorf("quantArgs is %d bytes; struct QuantArgs is 344", n)
+	if n := unsafe.Sizeof(quantArgs{}); n != 352 {
+		t.Errorf("quantArgs is %d bytes; struct QuantArgs is 352", n)
 	}
-	if n := unsafe.Sizeof(quantCheckArgs{}); n != 232 {
-		t.Errorf("quantCheckArgs is %d bytes; struct QuantCheckArgs is 232", n)
+	if n := unsafe.Sizeof(quantCheckArgs{}); n != 240 {
+		t.Errorf("quantCheckArgs is %d bytes; struct QuantCheckArgs is 240", n)
 	}
 }
 
@@ -95,6 +95,57 @@ func TestExecutorQuantizeOnFake(t *testing.T) {
 	}
 }
 
+// The split quantize kernels in the executor (per tensor and per expert
+// scales of 16-bit sources large enough): their work memory planned and
+// zero at every launch (the fake checks it), never in a batch, every byte
+// and scale verified.
+func TestExecutorSplitQuantizeOnFake(t *testing.T) {
+	rng := rand.New(rand.NewPCG(55, 56))
+	tp, _ := topo.Preset("hgx-h200")
+	tp.GPUsPerDomain, tp.Domains = 2, 2
+	split := 0
+	for i := 0; i < 12; {
+		nd := 2 + rng.IntN(2)
+		shape := make([]int64, nd)
+		for d := range shape {
+			shape[d] = 1 + rng.Int64N(3)
+		}
+		shape[nd-2], shape[nd-1] = 64+rng.Int64N(64), 8*(64+rng.Int64N(32))
+		src := schedtest.Layout(rng, shape, []int{0, 1})
+		dst := schedtest.Layout(rng, shape, []int{2, 3})
+		src.DType = []layout.DType{layout.BF16, layout.FP16}[rng.IntN(2)]
+		dst.DType = layout.FP8E4M3
+		q := layout.Quant{Scheme: layout.QuantTensor}
+		if src.Mesh.Validate() != nil || dst.Mesh.Validate() != nil || layout.CheckBlocks(dst, q) != nil {
+			continue
+		}
+		i++
+		route := plan.Routes[rng.IntN(len(plan.Routes))]
+		s, err := plan.Build([]ir.Tensor{{Name: "w.weight", Src: src, Dst: dst, Quant: q}}, tp, plan.Options{Route: route, ChunkBytes: 1 << 12})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, opt := range []Options{
+			{Backend: Loopback, Settings: program.Settings{Transport: TransportCopy, Lanes: 1 + rng.IntN(4)}, Iters: 2},
+			{Backend: NCCL, Settings: program.Settings{Lanes: 1 + rng.IntN(4)}, Iters: 2},
+		} {
+			devices := 1
+			if opt.Backend == NCCL {
+				devices = len(s.World)
+			}
+			g := newFake(devices, uint64(i))
+			res := runOn(t, g, s, opt)
+			if !res.Verified {
+				t.Fatalf("case %d %s (%s): %d wrong elements; first %s", i, opt.Backend, s.Route, res.WrongElems, res.FirstWrong)
+			}
+			split += g.quantKernels["quantize_e4m3_split_bf16"] + g.quantKernels["quantize_e4m3_split_fp16"]
+		}
+	}
+	if split == 0 {
+		t.Error("no split kernel ran")
+	}
+}
+
 // A wrong fp8 byte or scale fails the check: the executor's verdict on a
 // quantized output depends on its bytes.
 func TestExecutorQuantizeCheckFails(t *testing.T) {
@@ -130,12 +181,26 @@ func TestPlanQuantKernel(t *testing.T) {
 		{[]int64{256, 200}, 128, 128, 1, 0, "quantize_e4m3_8", 256, 4},
 		{[]int64{256, 256}, 64, 64, 1, 0, "quantize_e4m3_8", 256, 16},
 		{[]int64{256, 256}, 128, 128, 1, 2, "quantize_e4m3_1", 256, 4},
+		// per tensor and per expert: the split kernels over rows of tiles
+		{[]int64{7168, 8192}, 7168, 8192, 1, 0, "quantize_e4m3_split_bf16", 256, 528},
+		{[]int64{16, 2048, 7168}, 2048, 7168, 2, 0, "quantize_e4m3_split_fp16", 256, 528},
+		{[]int64{64, 512}, 64, 512, 1, 0, "quantize_e4m3_split_bf16", 256, 64},
+		{[]int64{64, 504}, 64, 504, 1, 0, "quantize_e4m3_8", 256, 1}, // below program.SplitMinElems
+		{[]int64{7168, 8192}, 7168, 8192, 3, 0, "quantize_e4m3_4", 256, 1},
+		{[]int64{7168, 8192}, 1, 8192, 1, 0, "quantize_e4m3_rows_bf16", 256, 1056},  // per channel
+		{[]int64{4, 700, 1024}, 1, 256, 2, 0, "quantize_e4m3_rows_fp16", 256, 1056}, // 1 x 256 blocks
+		{[]int64{7168, 8192}, 1, 8192, 1, 8, "quantize_e4m3_1", 256, 1056},          // off 16-byte alignment
+		{[]int64{16, 2048}, 1, 2048, 1, 0, "quantize_e4m3_rows_bf16", 256, 16},
 	} {
 		nd := len(c.size)
 		elem := []int64{0, 2, 2, 4}[c.sdt]
 		sb := append(append([]int64(nil), c.size[:nd-2]...), (c.size[nd-2]+c.br-1)/c.br, (c.size[nd-1]+c.bc-1)/c.bc)
 		a, kernel := planQuantArrays(c.src, 1<<20, 1<<30, program.RowMajor(c.size), program.RowMajor(c.size), program.RowMajor(sb), c.size, c.br, c.bc, c.sdt, elem)
-		threads, grid := quantGrid(kernel, a.Lead*a.NBR*a.NBC, 132, 0)
+		nb := a.Lead * a.NBR * a.NBC
+		if isSplit(kernel) {
+			nb = a.Lead * a.Rows * a.NBC // launched over tiles
+		}
+		threads, grid := quantGrid(kernel, nb, 132, 0)
 		if kernel != c.want || threads != c.threads || grid != int64(c.grid) {
 			t.Errorf("%v in %dx%d blocks, dtype %d at %#x: %s on %d x %d threads; want %s on %d x %d", c.size, c.br, c.bc, c.sdt, c.src,
 				kernel, grid, threads, c.want, c.grid, c.threads)
@@ -217,8 +282,13 @@ func TestQuantKernelOfMatchesExecutor(t *testing.T) {
 				t.Fatalf("op %d (%s): QuantKernelNameOf says %s on %d blocks, the executor runs %s on %d", i, s.Route, name, nb, kernel, a.Lead*a.NBR*a.NBC)
 			}
 			want := program.QuantGeneric
-			if strings.HasPrefix(kernel, "quantize_e4m3_b128_") {
+			switch {
+			case strings.HasPrefix(kernel, "quantize_e4m3_b128_"):
 				want = program.QuantB128
+			case strings.HasPrefix(kernel, "quantize_e4m3_rows_"):
+				want = program.QuantRows
+			case isSplit(kernel):
+				want = program.QuantSplit
 			}
 			got, err := program.QuantKernelOf(s, int32(i))
 			if err != nil {

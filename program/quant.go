@@ -3,6 +3,7 @@ package program
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/layout"
@@ -15,18 +16,44 @@ const (
 	// QuantB128 is the 128 x 128 kernel (quantize_e4m3_b128_*): 16-bit
 	// sources in 16-byte vectors, whole-width 128 x 128 blocks.
 	QuantB128 QuantKernel = iota
-	// QuantGeneric is the kernel of any other block shape (per channel, per
-	// tensor, unaligned or fp32 sources; quantize_e4m3_1, _4 and _8): a
-	// thread block a quantization block, an amax pass then a quantize pass.
+	// QuantGeneric is the kernel of any other block shape (per channel,
+	// unaligned or fp32 sources; quantize_e4m3_1, _4 and _8): a thread
+	// block a quantization block, an amax pass then a quantize pass.
 	QuantGeneric
+	// QuantSplit is the split kernels' pair (quantize_e4m3_split_*): blocks
+	// of at least SplitMinElems elements of 16-bit sources in vectors (per
+	// tensor, per expert), each taken by many thread blocks: one launch
+	// reads the source for the blocks' amax, a second reads it again and
+	// writes the bytes and scales. It has no batch form.
+	QuantSplit
+	// QuantRows is the row kernels (quantize_e4m3_rows_*): blocks of one
+	// row (per-channel scales) of 16-bit sources in vectors, a thread
+	// block a row, the amax an integer max and the division the 128 x 128
+	// kernels' proven fast arithmetic.
+	QuantRows
 )
 
 func (k QuantKernel) String() string {
-	if k == QuantB128 {
+	switch k {
+	case QuantB128:
 		return "128 x 128"
+	case QuantSplit:
+		return "split"
+	case QuantRows:
+		return "rows"
 	}
 	return "generic"
 }
+
+// SplitMinElems is the smallest quantization block (elements of the box it
+// covers) the split kernels take: below it one thread block a block keeps
+// up (a per-channel row of a few thousand elements); a block of millions on
+// one thread block ran 1,000 times slower than the split kernels.
+const SplitMinElems = 1 << 15
+
+// MaxSplitBlocks is the most quantization blocks a box the split kernels
+// take may have (their work memory, two words a block).
+const MaxSplitBlocks = 1 << 20
 
 // QuantKernelName chooses the kernel that quantizes a box of size (its last
 // two dims cut in blocks of br x bc) of elem-byte source elements (bf16 or
@@ -58,8 +85,27 @@ func QuantKernelName(src, dst uint64, sst, dstS, size []int64, br, bc, elem int6
 		}
 		return QuantB128, "quantize_e4m3_b128_fp16"
 	}
+	// The row kernels: 16-bit sources in vectors, blocks of one row.
+	if v == 8 && br == 1 && nb < 1<<31 {
+		if bf16 {
+			return QuantRows, "quantize_e4m3_rows_bf16"
+		}
+		return QuantRows, "quantize_e4m3_rows_fp16"
+	}
+	// The split kernels: 16-bit sources in vectors, blocks too large for
+	// one thread block.
+	if v == 8 && min(br, size[nd-2])*min(bc, size[nd-1]) >= SplitMinElems && nb <= MaxSplitBlocks {
+		if bf16 {
+			return QuantSplit, "quantize_e4m3_split_bf16"
+		}
+		return QuantSplit, "quantize_e4m3_split_fp16"
+	}
 	return QuantGeneric, fmt.Sprintf("quantize_e4m3_%d", v)
 }
+
+// HasBatchForm reports whether a quantize kernel has a batch form (its
+// name with _batch): every one but the split kernels.
+func HasBatchForm(kernel string) bool { return !strings.HasPrefix(kernel, "quantize_e4m3_split_") }
 
 // QuantKernelOf returns the kernel the executor runs for quantize op i of s,
 // taking every buffer to start 16-byte aligned: the executor aligns its
@@ -115,7 +161,7 @@ func SplitQuantBatch(kernels []string, blocks []int64) (groups [][]int, alone []
 		for _, i := range ops {
 			n += blocks[i]
 		}
-		if len(ops) < 2 || n > MaxQuantBatchBlocks {
+		if len(ops) < 2 || n > MaxQuantBatchBlocks || !HasBatchForm(k) {
 			alone = append(alone, ops...)
 			continue
 		}

@@ -261,8 +261,11 @@ func TestModelPushedCopyWaitsForReceiver(t *testing.T) {
 // A quantize runs at the rate of the kernel the executor picks for it
 // (program.QuantKernelOf): whole-width 128 x 128 blocks of bf16 at
 // quantize of memory, per-channel scales (the generic kernel) at
-// quantize_generic, and at quantize where the preset has no generic rate.
-// Its bytes: the source read, fp8 and scales written.
+// quantize_generic, and at quantize where the preset has no generic rate;
+// per-channel scales (the row kernels) at quantize_rows, or at quantize;
+// per tensor (the split kernels) at quantize, reading the source twice,
+// with a second kernel's start. Its bytes: the source read, fp8 and
+// scales written.
 func TestModelQuantizeKernelFormula(t *testing.T) {
 	mesh := layout.Mesh{Shape: []int{1}, Ranks: []int{0}}
 	for _, c := range []struct {
@@ -270,10 +273,15 @@ func TestModelQuantizeKernelFormula(t *testing.T) {
 		q       layout.Quant
 		generic float64
 		rate    float64
+		split   bool
 	}{
-		{"128 x 128", layout.Quant{Scheme: layout.QuantBlock, Block: [2]int64{128, 128}}, 0.2, 0.8},
-		{"per channel", layout.Quant{Scheme: layout.QuantChannel}, 0.2, 0.2},
-		{"per channel, no generic rate", layout.Quant{Scheme: layout.QuantChannel}, 0, 0.8},
+		{"128 x 128", layout.Quant{Scheme: layout.QuantBlock, Block: [2]int64{128, 128}}, 0.2, 0.8, false},
+		{"per channel (the row kernels), no rows rate", layout.Quant{Scheme: layout.QuantChannel}, 0.2, 0.8, false},
+		{"per channel (the row kernels)", layout.Quant{Scheme: layout.QuantChannel}, 0.2, 0.5, false},
+		{"1 x 20 blocks (the generic kernel, off 16-byte vectors)", layout.Quant{Scheme: layout.QuantBlock, Block: [2]int64{1, 20}}, 0.2, 0.2, false},
+		{"8 x 8 blocks (the generic kernel)", layout.Quant{Scheme: layout.QuantBlock, Block: [2]int64{8, 8}}, 0.2, 0.2, false},
+		{"8 x 8 blocks, no generic rate", layout.Quant{Scheme: layout.QuantBlock, Block: [2]int64{8, 8}}, 0, 0.8, false},
+		{"per tensor", layout.Quant{Scheme: layout.QuantTensor}, 0.2, 0.8, true},
 	} {
 		shape := []int64{1024, 4096}
 		src := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: mesh, Placements: []layout.Placement{layout.R}}
@@ -281,6 +289,9 @@ func TestModelQuantizeKernelFormula(t *testing.T) {
 		dst.DType = layout.FP8E4M3
 		tp := machine()
 		tp.Executor.QuantizeGeneric = c.generic
+		if c.name == "per channel (the row kernels)" {
+			tp.Executor.QuantizeRows = 0.5
+		}
 		s, err := plan.Build([]ir.Tensor{{Name: "w", Src: src, Dst: dst, Quant: c.q}}, tp, plan.Options{Route: plan.Flat, ChunkBytes: 1 << 30})
 		if err != nil {
 			t.Fatal(err)
@@ -295,7 +306,11 @@ func TestModelQuantizeKernelFormula(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		within(t, c.name, r.Makespan, tp.LatencyLocal+seconds(bytes, units.Bandwidth(c.rate*float64(tp.Memory))))
+		want := tp.LatencyLocal + seconds(bytes, units.Bandwidth(c.rate*float64(tp.Memory)))
+		if c.split {
+			want = 2*tp.LatencyLocal + tp.Executor.Costs[topo.OneProcess].BoxLatency + seconds(bytes+2*n, units.Bandwidth(c.rate*float64(tp.Memory)))
+		}
+		within(t, c.name, r.Makespan, want)
 	}
 }
 

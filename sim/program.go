@@ -191,6 +191,10 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 	if x.QuantizeGeneric > 0 {
 		quantGenCoef = 1 / x.QuantizeGeneric
 	}
+	quantRowsCoef := quantCoef
+	if x.QuantizeRows > 0 {
+		quantRowsCoef = 1 / x.QuantizeRows
+	}
 	packRate := func(c program.BoxClass) float64 {
 		if c == program.Contiguous {
 			return copyCoef
@@ -247,16 +251,26 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 			for _, o := range members {
 				op := s.Ops[o]
 				ds := all
-				coef := quantCoef
+				coef, olw := quantCoef, lw
 				if op.Kind == ir.Quantize {
 					// the kernel the executor runs for it, at its own rate
-					// (only the generic one's may differ)
-					if quantGenCoef != quantCoef {
-						if k, err := program.QuantKernelOf(s, o); err != nil {
-							return nil, fmt.Errorf("executor model: %w", err)
-						} else if k == program.QuantGeneric {
-							coef = quantGenCoef
-						}
+					k, err := program.QuantKernelOf(s, o)
+					if err != nil {
+						return nil, fmt.Errorf("executor model: %w", err)
+					}
+					switch k {
+					case program.QuantGeneric:
+						coef = quantGenCoef
+					case program.QuantRows:
+						coef = quantRowsCoef
+					case program.QuantSplit:
+						// Two kernels at the quantize kernel's rate: the
+						// first reads the source for the amax, the second
+						// reads it again and writes the bytes and scales.
+						moved := float64(op.Src.Bytes + op.Dst.Bytes + s.QuantScale[o].Bytes)
+						coef = quantCoef * (moved + float64(op.Src.Bytes)) / moved
+						clock[proc(d)] += costs.HostLaunch
+						olw += tp.LatencyLocal + costs.BoxLatency
 					}
 				} else {
 					coef = packRate(program.ClassOf(s, &op))
@@ -269,7 +283,7 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 						coef = 2 / x.CopyShared
 					}
 				}
-				id := add(op, clock[proc(d)], lw, coef, ds)
+				id := add(op, clock[proc(d)], olw, coef, ds)
 				if waves && st.Batch != nil && x.BatchShared > 0 && op.Kind != ir.Quantize {
 					m.lane[id] = laneOf(st.Stream)
 				}

@@ -173,7 +173,7 @@ Run it once in one process, then under torchrun (one process per GPU) with
 		in.Boxes[c.Class] = calibrate.BoxSample{Pack: p, Unpack: u, Copy: cp, Kernel: kernel}
 		fmt.Fprintf(tw, "box %v\tpack %v\tunpack %v\tcopy %v\t\t%s %v of %v\n", c.Class, p[len(p)/2], u[len(u)/2], cp[len(cp)/2], kernel, c.Size, c.Full)
 	}
-	qs, gs := calibrate.QuantShape, calibrate.QuantGenShape
+	qs, gs, gb := calibrate.QuantShape, calibrate.QuantGenShape, calibrate.QuantGenBlock
 	for _, q := range []struct {
 		name, blocks string
 		shape        []int64
@@ -182,7 +182,8 @@ Run it once in one process, then under torchrun (one process per GPU) with
 		bytes        *int64
 	}{
 		{"quantize", "128 x 128 blocks", qs, 128, 128, &in.Quant, &in.QuantBytes},
-		{"quantize-generic", "per-channel scales (the generic kernel)", gs, 1, gs[len(gs)-1], &in.QuantGen, &in.QuantGenBytes},
+		{"quantize-generic", fmt.Sprintf("%d x %d blocks (the generic kernel)", gb[0], gb[1]), gs, gb[0], gb[1], &in.QuantGen, &in.QuantGenBytes},
+		{"quantize-rows", "per-channel scales (the row kernel)", gs, 1, gs[len(gs)-1], &in.QuantRows, &in.QuantRowsBytes},
 	} {
 		ts, b, err := native.TimeQuantize(dev, q.shape, make([]int64, len(q.shape)), q.shape, q.br, q.bc, *iters)
 		if err != nil {

@@ -60,6 +60,7 @@ type ExecutorSpec struct {
 	PackStage   *float64       `toml:"pack_stage"`
 	Quantize    *float64       `toml:"quantize"`
 	QuantizeGen *float64       `toml:"quantize_generic"`
+	QuantizeRow *float64       `toml:"quantize_rows"`
 	BatchShared *float64       `toml:"batch_shared"`
 	CopyShared  *float64       `toml:"copy_shared"`
 	NCCLBeside  *float64       `toml:"nccl_beside"`

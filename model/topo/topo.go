@@ -204,6 +204,9 @@ func (t *Topology) Describe() string {
 		if e.QuantizeGeneric > 0 {
 			gen = fmt.Sprintf(" (the generic kernel at %.2f)", e.QuantizeGeneric)
 		}
+		if e.QuantizeRows > 0 {
+			gen += fmt.Sprintf(" (the row kernel at %.2f)", e.QuantizeRows)
+		}
 		beside := ""
 		if e.CopyShared > 0 || e.NCCLBeside > 0 || e.NCCLBesideBatch > 0 {
 			beside = fmt.Sprintf(", a local copy beside NCCL at %.2f of memory; NCCL at %.2f of its rate beside it, %.2f beside a batch of box copies", e.CopyShared, e.NCCLBeside, e.NCCLBesideBatch)
@@ -263,6 +266,10 @@ type Executor struct {
 	// block shape but whole-width 128 x 128 blocks of 16-bit sources, such
 	// as per-channel scales; program.QuantKernelOf); 0 means Quantize's.
 	QuantizeGeneric float64
+	// QuantizeRows is the same for the row kernels (blocks of one row of
+	// 16-bit sources in vectors: per-channel scales; program.QuantRows); 0
+	// means Quantize's.
+	QuantizeRows float64
 	// BatchShared is the rate of a batch kernel of box copies on the grid
 	// it is left beside NCCL kernels (waves mode), as a fraction of the
 	// same batch on the whole GPU; 0 means 1.
@@ -351,7 +358,7 @@ func (e *Executor) IsZero() bool {
 			return false
 		}
 	}
-	return e.PackLong == 0 && e.PackShort == 0 && e.PackStage == 0 && e.Quantize == 0 && e.QuantizeGeneric == 0 && e.BatchShared == 0 && e.CopyShared == 0 && e.NCCLBeside == 0 && e.NCCLBesideBatch == 0
+	return e.PackLong == 0 && e.PackShort == 0 && e.PackStage == 0 && e.Quantize == 0 && e.QuantizeGeneric == 0 && e.QuantizeRows == 0 && e.BatchShared == 0 && e.CopyShared == 0 && e.NCCLBeside == 0 && e.NCCLBesideBatch == 0
 }
 
 // IsZero reports whether no cost of the launch mode is set.
@@ -434,7 +441,7 @@ func (e *Executor) validate() []error {
 	for _, f := range []struct {
 		name string
 		v    float64
-	}{{"executor.pack_long", e.PackLong}, {"executor.pack_short", e.PackShort}, {"executor.pack_stage", e.PackStage}, {"executor.quantize", e.Quantize}, {"executor.quantize_generic", e.QuantizeGeneric}} {
+	}{{"executor.pack_long", e.PackLong}, {"executor.pack_short", e.PackShort}, {"executor.pack_stage", e.PackStage}, {"executor.quantize", e.Quantize}, {"executor.quantize_generic", e.QuantizeGeneric}, {"executor.quantize_rows", e.QuantizeRows}} {
 		if !(f.v >= 0 && f.v <= 1) { // NaN too
 			errs = append(errs, fmt.Errorf("%s = %g: must be a fraction of memory bandwidth, in [0, 1] (0: 1)", f.name, f.v))
 		}
