@@ -213,6 +213,7 @@ func presetConstantsTable(t *testing.T, old string) string {
 		"pack_long / short / stage": {num("pack_long") + " / " + num("pack_short") + " / " + num("pack_stage"), ""},
 		"quantize":                  {num("quantize"), ""},
 		"quantize_generic":          {num("quantize_generic"), ""},
+		"quantize_rows":             {num("quantize_rows"), ""},
 		"batch_shared":              {num("batch_shared"), ""},
 		"nvlink":                    {p.Topology.NVLink, ""},
 		"pair_rate":                 both("pair_rate"),
