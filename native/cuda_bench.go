@@ -287,6 +287,18 @@ func TimeQuantize(dev int, full, start, size []int64, br, bc int64, reps int) (t
 	}
 	scale := out + uint64((n+255)&^255)
 	a, kernel := planQuantArrays(src+uint64(2*off), out, scale, sst, program.RowMajor(size), program.RowMajor(sb), size, br, bc, 1, 2)
+	if isSplit(kernel) {
+		n := splitWorkBytes(a.Lead * a.NBR * a.NBC)
+		w, err := g.alloc(dev, n)
+		if err != nil {
+			return nil, 0, err
+		}
+		defer g.free(dev, w)
+		if err := g.upload(dev, w, make([]byte, n)); err != nil {
+			return nil, 0, err
+		}
+		a.Work = w
+	}
 	st, err := g.newStream(dev)
 	if err != nil {
 		return nil, 0, err

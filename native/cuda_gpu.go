@@ -643,7 +643,10 @@ func (g *cudaGPU) verifyQuant(a *quantCheckArgs, st handle) (bad, first int64, e
 	}
 	rows, cols := a.Size[a.ND-2], a.Size[a.ND-1]
 	nbc := (cols + a.BC - 1) / a.BC
-	blocks := lead * (rows + a.BR - 1) / a.BR * nbc
+	blocks := lead * ((rows + a.BR - 1) / a.BR) * nbc
+	if blocks == 0 {
+		return 0, 0, nil // nothing to check
+	}
 	if min(a.BR, rows)*min(a.BC, cols) < program.SplitMinElems {
 		return g.verifyWith(st, "verify_quant", blocks, unsafe.Pointer(&args), unsafe.Sizeof(args))
 	}
@@ -655,7 +658,11 @@ func (g *cudaGPU) verifyQuant(a *quantCheckArgs, st handle) (bad, first int64, e
 	if err != nil {
 		return 0, 0, err
 	}
-	defer g.free(dev, w)
+	defer func() {
+		if ferr := g.free(dev, w); err == nil && ferr != nil {
+			err = fmt.Errorf("freeing the check's work memory: %w", ferr)
+		}
+	}()
 	if err := g.upload(dev, w, make([]byte, n)); err != nil {
 		return 0, 0, err
 	}

@@ -283,6 +283,12 @@ type Executor struct {
 	lps     []localPlan
 	batches map[int]*batchPlan
 	descMem map[int]uint64
+	// works are the split quantize kernels' work memories (zero between
+	// launches; the kernels leave them so), and workDirty says an
+	// iteration stopped on an error, perhaps between a split pair's two
+	// launches: the next one zeroes them first.
+	works     []workRegion
+	workDirty bool
 }
 
 // newExecutor prepares a schedule on a device layer: maps ranks to devices,
@@ -997,7 +1003,40 @@ func (x *Executor) timed() error {
 
 // iteration issues the program once: every stream starts after the first
 // origin stream's start and the first origin stream ends after them all.
-func (x *Executor) iteration() error {
+// workRegion is one split quantize op's work memory.
+type workRegion struct {
+	dev  int
+	addr uint64
+	n    int64
+}
+
+// zeroWorks zeroes every split quantize op's work memory.
+func (x *Executor) zeroWorks() error {
+	for _, w := range x.works {
+		if err := x.g.upload(w.dev, w.addr, make([]byte, w.n)); err != nil {
+			return fmt.Errorf("zeroing a quantize's work memory: %w", err)
+		}
+	}
+	return nil
+}
+
+func (x *Executor) iteration() (err error) {
+	if x.workDirty && !x.capturing {
+		// The last iteration stopped on an error: its work may be left
+		// between a split quantize's launches.
+		if err := x.syncAll(); err != nil {
+			return err
+		}
+		if err := x.zeroWorks(); err != nil {
+			return err
+		}
+		x.workDirty = false
+	}
+	defer func() {
+		if err != nil {
+			x.workDirty = true
+		}
+	}()
 	g := x.g
 	first := x.origin[x.devices[0]]
 	if err := g.record(x.startEv[x.devices[0]], first); err != nil {
@@ -1402,10 +1441,11 @@ func (x *Executor) planLocals() error {
 	}
 	for _, w := range works {
 		addr := x.descMem[w.dev] + uint64(w.off)
-		if err := x.g.upload(w.dev, addr, make([]byte, w.n)); err != nil {
-			return err
-		}
 		x.lps[w.lp].quant.Work = addr
+		x.works = append(x.works, workRegion{w.dev, addr, w.n})
+	}
+	if err := x.zeroWorks(); err != nil {
+		return err
 	}
 	for k, bp := range x.batches {
 		d := x.prog.Streams[x.prog.Steps[k].Stream].Dev

@@ -36,6 +36,7 @@ type fakeGPU struct {
 	nextH          handle
 	waves          int
 	quantKernels   map[string]int // quantize ops run, by kernel (alone or in a batch)
+	failSplit      int            // split quantize launches to fail after their first kernel (leaving work non-zero)
 	quantChecks    int            // verifyQuant calls
 	corrupt        string         // "fp8" or "scale": flip a bit of what quantize writes
 	batches        int            // box_copy_batch launches
@@ -242,6 +243,12 @@ func (f *fakeGPU) quantize(a *quantArgs, kernel string, shared bool, st handle) 
 			if b != 0 {
 				return fmt.Errorf("fake: %s: its work memory at %#x is not zero", kernel, args.Work)
 			}
+		}
+		if f.failSplit > 0 {
+			// The amax launch ran, the apply launch failed.
+			f.failSplit--
+			f.mem[args.Work] = 1
+			return fmt.Errorf("fake: %s: the apply launch failed", kernel)
 		}
 	}
 	f.quantKernels[kernel]++

@@ -146,6 +146,51 @@ func TestExecutorSplitQuantizeOnFake(t *testing.T) {
 	}
 }
 
+// An iteration that stops between a split quantize's two launches leaves
+// its work memory non-zero; the next iteration zeroes it before issuing
+// (the fake refuses a launch on non-zero work), and its bytes are right.
+func TestSplitWorkZeroedAfterFailure(t *testing.T) {
+	tp, _ := topo.Preset("hgx-h200")
+	tp.GPUsPerDomain, tp.Domains = 1, 1
+	shape := []int64{128, 512}
+	src := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{1}, Ranks: []int{0}}, Placements: []layout.Placement{layout.R}}
+	dst := src
+	dst.DType = layout.FP8E4M3
+	s, err := plan.Build([]ir.Tensor{{Name: "w.weight", Src: src, Dst: dst, Quant: layout.Quant{Scheme: layout.QuantTensor}}}, tp, plan.Options{Route: plan.Flat, ChunkBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newFake(1, 3)
+	x, err := newExecutor(s, g, Options{Backend: Loopback, Settings: program.Settings{Transport: TransportCopy}, Iters: 1}, map[int32]int{0: 0}, map[int32]int{0: 0}, map[int][]handle{0: {0, 1000, 2000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	if len(x.works) == 0 {
+		t.Fatal("no split quantize planned")
+	}
+	if err := x.fill(); err != nil {
+		t.Fatal(err)
+	}
+	g.failSplit = 1
+	if err := x.iteration(); err == nil {
+		t.Fatal("the failed launch was not reported")
+	}
+	if err := x.iteration(); err != nil {
+		t.Fatalf("the iteration after a failed one: %v", err)
+	}
+	if err := x.syncAll(); err != nil {
+		t.Fatal(err)
+	}
+	var res Result
+	if err := x.check(&res); err != nil {
+		t.Fatal(err)
+	}
+	if !res.Verified {
+		t.Errorf("%d wrong elements; first %s", res.WrongElems, res.FirstWrong)
+	}
+}
+
 // A wrong fp8 byte or scale fails the check: the executor's verdict on a
 // quantized output depends on its bytes.
 func TestExecutorQuantizeCheckFails(t *testing.T) {
@@ -187,6 +232,8 @@ func TestPlanQuantKernel(t *testing.T) {
 		{[]int64{64, 512}, 64, 512, 1, 0, "quantize_e4m3_split_bf16", 256, 64},
 		{[]int64{64, 504}, 64, 504, 1, 0, "quantize_e4m3_8", 256, 1}, // below program.SplitMinElems
 		{[]int64{7168, 8192}, 7168, 8192, 3, 0, "quantize_e4m3_4", 256, 1},
+		{[]int64{7168, 8192}, 4096, 248, 1, 0, "quantize_e4m3_8", 256, 68},   // blocks narrower than program.SplitMinCols
+		{[]int64{7168, 8192}, 4096, 256, 1, 0, "quantize_e4m3_split_bf16", 256, 528},
 		{[]int64{7168, 8192}, 1, 8192, 1, 0, "quantize_e4m3_rows_bf16", 256, 1056},  // per channel
 		{[]int64{4, 700, 1024}, 1, 256, 2, 0, "quantize_e4m3_rows_fp16", 256, 1056}, // 1 x 256 blocks
 		{[]int64{7168, 8192}, 1, 8192, 1, 8, "quantize_e4m3_1", 256, 1056},          // off 16-byte alignment

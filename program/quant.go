@@ -51,6 +51,12 @@ func (k QuantKernel) String() string {
 // one thread block ran 1,000 times slower than the split kernels.
 const SplitMinElems = 1 << 15
 
+// SplitMinCols is the narrowest block (columns of the box it covers) the
+// split kernels take: their tiles are a row of a block's columns, and a
+// tile of a few vectors would pay a thread block's reduction and two
+// atomics for them (tall narrow blocks stay on the generic kernel).
+const SplitMinCols = 256
+
 // MaxSplitBlocks is the most quantization blocks a box the split kernels
 // take may have (their work memory, two words a block).
 const MaxSplitBlocks = 1 << 20
@@ -86,7 +92,7 @@ func QuantKernelName(src, dst uint64, sst, dstS, size []int64, br, bc, elem int6
 		return QuantB128, "quantize_e4m3_b128_fp16"
 	}
 	// The row kernels: 16-bit sources in vectors, blocks of one row.
-	if v == 8 && br == 1 && nb < 1<<31 {
+	if v == 8 && br == 1 && nb < 1<<31 && slices.Max(size) < 1<<31 {
 		if bf16 {
 			return QuantRows, "quantize_e4m3_rows_bf16"
 		}
@@ -94,7 +100,7 @@ func QuantKernelName(src, dst uint64, sst, dstS, size []int64, br, bc, elem int6
 	}
 	// The split kernels: 16-bit sources in vectors, blocks too large for
 	// one thread block.
-	if v == 8 && min(br, size[nd-2])*min(bc, size[nd-1]) >= SplitMinElems && nb <= MaxSplitBlocks {
+	if v == 8 && min(br, size[nd-2])*min(bc, size[nd-1]) >= SplitMinElems && min(bc, size[nd-1]) >= SplitMinCols && nb <= MaxSplitBlocks && slices.Max(size) < 1<<31 {
 		if bf16 {
 			return QuantSplit, "quantize_e4m3_split_bf16"
 		}
