@@ -232,7 +232,7 @@ func TestPlanQuantKernel(t *testing.T) {
 		{[]int64{64, 512}, 64, 512, 1, 0, "quantize_e4m3_split_bf16", 256, 64},
 		{[]int64{64, 504}, 64, 504, 1, 0, "quantize_e4m3_8", 256, 1}, // below program.SplitMinElems
 		{[]int64{7168, 8192}, 7168, 8192, 3, 0, "quantize_e4m3_4", 256, 1},
-		{[]int64{7168, 8192}, 4096, 248, 1, 0, "quantize_e4m3_8", 256, 68},   // blocks narrower than program.SplitMinCols
+		{[]int64{7168, 8192}, 4096, 248, 1, 0, "quantize_e4m3_8", 256, 68}, // blocks narrower than program.SplitMinCols
 		{[]int64{7168, 8192}, 4096, 256, 1, 0, "quantize_e4m3_split_bf16", 256, 528},
 		{[]int64{7168, 8192}, 1, 8192, 1, 0, "quantize_e4m3_rows_bf16", 256, 1056},  // per channel
 		{[]int64{4, 700, 1024}, 1, 256, 2, 0, "quantize_e4m3_rows_fp16", 256, 1056}, // 1 x 256 blocks
