@@ -23,7 +23,7 @@ func truth() *topo.Topology {
 	t.Memory = units.GBps(4200)
 	t.LatencyLocal = 2500 * units.Nanosecond
 	t.NVLink, t.NIC, t.NICLine = units.GBps(350), units.GBps(350), units.GBps(450)
-	t.Executor = topo.Executor{PackLong: 0.88, PackShort: 0.8, PackStage: 0.65, Quantize: 0.3, QuantizeGeneric: 0.12, QuantizeRows: 0.21, BatchShared: 0.27, CopyShared: 0.26, NCCLBeside: 0.85, NCCLBesideBatch: 0.7}
+	t.Executor = topo.Executor{PackLong: 0.88, PackShort: 0.8, PackStage: 0.65, Quantize: 0.3, QuantizeGeneric: 0.12, QuantizeRows: 0.21, QuantizeSplit: 0.17, BatchShared: 0.27, CopyShared: 0.26, NCCLBeside: 0.85, NCCLBesideBatch: 0.7}
 	t.Executor.Costs[topo.OneProcess] = topo.ExecCosts{PairRate: units.GBps(365), DuplexRate: units.GBps(610), DuplexStart: 120 * units.Microsecond, DuplexStartSmall: 35 * units.Microsecond, DuplexOpLatency: 12 * units.Microsecond, DuplexOpRate: units.GBps(1800), XferLatency: 6 * units.Microsecond,
 		GroupLatency: 4 * units.Microsecond, HostGroup: 5 * units.Microsecond, HostXfer: 2 * units.Microsecond, HostLaunch: 3 * units.Microsecond, HostEvent: 900 * units.Nanosecond,
 		StartLatency: 20 * units.Microsecond, BoxLatency: 2 * units.Microsecond, Ramp: []topo.RampPoint{{Bytes: 8 << 20}, {Bytes: 32 << 20, Extra: 9 * units.Microsecond}, {Bytes: 64 << 20, Extra: 25 * units.Microsecond}}}
@@ -92,6 +92,9 @@ func measureOn(t *testing.T, tp *topo.Topology, launch topo.Launch, gpus int) In
 	in.QuantGen, in.QuantGenBytes = []units.Time{units.Time(float64(gb) / (tp.Executor.QuantizeGeneric * float64(tp.Memory)) * 1e12)}, gb
 	rb := 3*QuantGenShape[0]*QuantGenShape[1] + 4*QuantGenShape[0]
 	in.QuantRows, in.QuantRowsBytes = []units.Time{units.Time(float64(rb) / (tp.Executor.QuantizeRows * float64(tp.Memory)) * 1e12)}, rb
+	// The split kernels: one scale, the source counted once.
+	sb := 3*QuantGenShape[0]*QuantGenShape[1] + 4
+	in.QuantSplit, in.QuantSplitBytes = []units.Time{units.Time(float64(sb) / (tp.Executor.QuantizeSplit * float64(tp.Memory)) * 1e12)}, sb
 	// The batch on the whole GPU at the long class's rate, and on the
 	// grid left beside NCCL at batch_shared of it.
 	bb := BatchCase.Elem * layout.Box{Size: BatchCase.Size}.Elems()
@@ -149,6 +152,7 @@ func TestFitRecoversTheModel(t *testing.T) {
 		near("quantize", f.Quantize, tp.Executor.Quantize, 0.01)
 		near("quantize_generic", f.QuantGeneric, tp.Executor.QuantizeGeneric, 0.01)
 		near("quantize_rows", f.QuantRows, tp.Executor.QuantizeRows, 0.01)
+		near("quantize_split", f.QuantSplit, tp.Executor.QuantizeSplit, 0.01)
 		near("batch_shared", f.BatchShared, tp.Executor.BatchShared, 0.01)
 		// One pair alone runs at the lesser of its cap and the link.
 		near("pair_rate", float64(f.Costs.PairRate), math.Min(float64(want.PairRate), float64(tp.NVLink)), 0.01)

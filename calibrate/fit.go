@@ -26,6 +26,7 @@ type Fit struct {
 	Quantize        float64
 	QuantGeneric    float64 // 0: not measured
 	QuantRows       float64 // 0: not measured
+	QuantSplit      float64 // 0: not measured
 	BatchShared     float64 // 0: not measured
 	CopyShared      float64 // 0: not measured (no beside bench)
 	NCCLBeside      float64 // 0: not measured (no beside bench)
@@ -63,6 +64,11 @@ type Input struct {
 	// quantize_rows.
 	QuantRows      []units.Time
 	QuantRowsBytes int64
+	// QuantSplit is the split kernels' times on QuantGenShape in a
+	// per-tensor scale (sorted), and QuantSplitBytes the bytes each moves
+	// (the source counted once); none: no quantize_split.
+	QuantSplit      []units.Time
+	QuantSplitBytes int64
 	// BatchWhole and BatchShared are the batch bench's times (BatchCase)
 	// on the whole GPU's grid and on the grid left beside NCCL (sorted);
 	// none: no batch_shared.
@@ -212,6 +218,10 @@ func fitting(in Input) (*Fit, error) {
 	}
 	if f.QuantRows, err = quantRate("executor.quantize_rows", in.QuantRows, in.QuantRowsBytes,
 		fmt.Sprintf("a %v bf16 box in per-channel scales (1 x %d blocks; the row kernel)", QuantGenShape, QuantGenShape[len(QuantGenShape)-1])); err != nil {
+		return nil, err
+	}
+	if f.QuantSplit, err = quantRate("executor.quantize_split", in.QuantSplit, in.QuantSplitBytes,
+		fmt.Sprintf("a %v bf16 box in a per-tensor scale (the split kernels; its source read twice, counted once)", QuantGenShape)); err != nil {
 		return nil, err
 	}
 	if len(in.BatchWhole) > 0 && len(in.BatchShared) > 0 {
@@ -548,6 +558,7 @@ func (f *Fit) check() error {
 		{"quantize", f.Quantize},
 		{"quantize_generic (quantize-generic)", f.QuantGeneric},
 		{"quantize_rows (quantize-rows)", f.QuantRows},
+		{"quantize_split (quantize-split)", f.QuantSplit},
 		{"batch_shared (batch)", f.BatchShared},
 	} {
 		if r.v == 0 {

@@ -19,7 +19,8 @@ import (
 // the machine constants too while the preset has no one-process fit). The constants it
 // sets from others (nic from nvlink, the latencies from xfer_latency) get
 // a derived record each, appended to f.Measurements. A constant a fit may
-// leave unmeasured (batch_shared, quantize_generic, quantize_rows: 0) keeps the preset's
+// leave unmeasured (batch_shared, quantize_generic, quantize_rows,
+// quantize_split: 0) keeps the preset's
 // value and record; a per-GPU fit sets it where the preset has none. So do
 // the pair's costs (NCCL's and the copies' between GPUs) of a fit on one
 // GPU.
@@ -45,6 +46,7 @@ func Apply(t *topo.Topology, f *Fit) {
 		optional(&x.BatchShared, f.BatchShared, true)
 		optional(&x.QuantizeGeneric, f.QuantGeneric, true)
 		optional(&x.QuantizeRows, f.QuantRows, true)
+		optional(&x.QuantizeSplit, f.QuantSplit, true)
 		optional(&x.CopyShared, f.CopyShared, true)
 		optional(&x.NCCLBeside, f.NCCLBeside, true)
 		optional(&x.NCCLBesideBatch, f.NCCLBesideBatch, true)
@@ -56,6 +58,7 @@ func Apply(t *topo.Topology, f *Fit) {
 	optional(&x.BatchShared, f.BatchShared, false)
 	optional(&x.QuantizeGeneric, f.QuantGeneric, false)
 	optional(&x.QuantizeRows, f.QuantRows, false)
+	optional(&x.QuantizeSplit, f.QuantSplit, false)
 	optional(&x.CopyShared, f.CopyShared, false)
 	optional(&x.NCCLBeside, f.NCCLBeside, false)
 	optional(&x.NCCLBesideBatch, f.NCCLBesideBatch, false)
@@ -126,7 +129,7 @@ func constants(t *topo.Topology) []constant {
 		name     string
 		v        float64
 		optional bool // 0: not measured, not written
-	}{{"pack_long", x.PackLong, false}, {"pack_short", x.PackShort, false}, {"pack_stage", x.PackStage, false}, {"quantize", x.Quantize, false}, {"quantize_generic", x.QuantizeGeneric, true}, {"quantize_rows", x.QuantizeRows, true}, {"batch_shared", x.BatchShared, true}, {"copy_shared", x.CopyShared, true}, {"nccl_beside", x.NCCLBeside, true}, {"nccl_beside_batch", x.NCCLBesideBatch, true}} {
+	}{{"pack_long", x.PackLong, false}, {"pack_short", x.PackShort, false}, {"pack_stage", x.PackStage, false}, {"quantize", x.Quantize, false}, {"quantize_generic", x.QuantizeGeneric, true}, {"quantize_rows", x.QuantizeRows, true}, {"quantize_split", x.QuantizeSplit, true}, {"batch_shared", x.BatchShared, true}, {"copy_shared", x.CopyShared, true}, {"nccl_beside", x.NCCLBeside, true}, {"nccl_beside_batch", x.NCCLBesideBatch, true}} {
 		if p.optional && p.v == 0 {
 			continue
 		}

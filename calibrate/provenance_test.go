@@ -31,6 +31,7 @@ func calibratedWithout(t *testing.T, without map[int]bool, launches ...topo.Laun
 		in.Command, in.Date, in.Machine = "m2n calibrate", "2026-11-30T00:00:0"+string(rune('0'+i))+"Z", "simulated"
 		if without[i] {
 			in.QuantGen, in.QuantGenBytes, in.QuantRows, in.QuantRowsBytes, in.BatchWhole, in.BatchShared = nil, 0, nil, 0, nil, nil
+			in.QuantSplit, in.QuantSplitBytes = nil, 0
 		}
 		f, err := Fitting(in)
 		if err != nil {
@@ -81,7 +82,7 @@ func TestProvenanceOfCalibratedPresets(t *testing.T) {
 
 // A fit without the optional benches (an older m2n's samples, or a machine
 // without them) keeps the preset's batch_shared, quantize_generic and
-// quantize_rows and
+// quantize_rows, quantize_split and
 // their records, in any order of launch modes; a per-GPU fit gives them
 // where the preset has none.
 func TestProvenanceWithoutOptionalBenches(t *testing.T) {
@@ -104,13 +105,14 @@ func TestProvenanceWithoutOptionalBenches(t *testing.T) {
 		if err := Provenance(p, ms); err != nil {
 			t.Errorf("%v without %v: %v", c.order, c.without, err)
 		}
-		got := p.Executor.QuantizeGeneric > 0 && p.Executor.QuantizeRows > 0 && p.Executor.BatchShared > 0
+		got := p.Executor.QuantizeGeneric > 0 && p.Executor.QuantizeRows > 0 && p.Executor.QuantizeSplit > 0 && p.Executor.BatchShared > 0
 		if got != c.want {
 			t.Errorf("%v without %v: quantize_generic %g, batch_shared %g; want both measured: %v", c.order, c.without, p.Executor.QuantizeGeneric, p.Executor.BatchShared, c.want)
 		}
 		if c.want {
 			nearly(t, "quantize_generic", p.Executor.QuantizeGeneric, tp.Executor.QuantizeGeneric, 0.01)
 			nearly(t, "quantize_rows", p.Executor.QuantizeRows, tp.Executor.QuantizeRows, 0.01)
+			nearly(t, "quantize_split", p.Executor.QuantizeSplit, tp.Executor.QuantizeSplit, 0.01)
 		}
 	}
 }

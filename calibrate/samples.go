@@ -35,6 +35,7 @@ type samplesDoc struct {
 	Batch          *batchDoc           `json:"batch,omitempty"`
 	QuantGen       *quantGenDoc        `json:"quantize_generic,omitempty"`
 	QuantRows      *quantGenDoc        `json:"quantize_rows,omitempty"`
+	QuantSplit     *quantGenDoc        `json:"quantize_split,omitempty"`
 	QuantizeBytes  int64               `json:"quantize_bytes"`
 	Command        string              `json:"command"`
 	Date           string              `json:"date"`
@@ -93,6 +94,9 @@ func WriteSamples(w io.Writer, in Input) error {
 	}
 	if len(in.QuantRows) > 0 {
 		d.QuantRows = &quantGenDoc{PS: ps(in.QuantRows), Bytes: in.QuantRowsBytes}
+	}
+	if len(in.QuantSplit) > 0 {
+		d.QuantSplit = &quantGenDoc{PS: ps(in.QuantSplit), Bytes: in.QuantSplitBytes}
 	}
 	if len(in.BatchWhole) > 0 || len(in.BatchShared) > 0 {
 		d.Batch = &batchDoc{WholePS: ps(in.BatchWhole), SharedPS: ps(in.BatchShared)}
@@ -221,6 +225,15 @@ func ReadSamples(data []byte) (Input, error) {
 		}
 		if in.QuantRowsBytes = d.QuantRows.Bytes; in.QuantRowsBytes <= 0 {
 			return Input{}, fmt.Errorf("samples: quantize_rows.bytes = %d: must be positive", d.QuantRows.Bytes)
+		}
+	}
+	if d.QuantSplit != nil {
+		var err error
+		if in.QuantSplit, err = times("quantize_split.ps", d.QuantSplit.PS); err != nil {
+			return Input{}, err
+		}
+		if in.QuantSplitBytes = d.QuantSplit.Bytes; in.QuantSplitBytes <= 0 {
+			return Input{}, fmt.Errorf("samples: quantize_split.bytes = %d: must be positive", d.QuantSplit.Bytes)
 		}
 	}
 	if d.Batch != nil {

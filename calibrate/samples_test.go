@@ -83,6 +83,10 @@ func TestReadSamplesRefuses(t *testing.T) {
     "ps": [`, `"quantize_generic": {
     "ps": [0, `, "quantize_generic.ps"},
 		{"row quantize bytes", `"bytes": 503382016`, `"bytes": 0`, "quantize_rows.bytes = 0"},
+		{"split quantize bytes", `"bytes": 503316484`, `"bytes": 0`, "quantize_split.bytes = 0"},
+		{"split quantize times", `"quantize_split": {
+    "ps": [`, `"quantize_split": {
+    "ps": [0, `, "quantize_split.ps"},
 		{"row quantize times", `"quantize_rows": {
     "ps": [`, `"quantize_rows": {
     "ps": [0, `, "quantize_rows.ps"},
@@ -112,6 +116,7 @@ func FuzzReadSamples(f *testing.F) {
 	f.Add([]byte(`{"version": 1}`))
 	f.Add([]byte(`{"version": 1, "launch": "one-process", "gpus_per_process": 2, "quantize_generic": {"ps": [5, 6], "bytes": 9}}`))
 	f.Add([]byte(`{"version": 1, "launch": "one-process", "gpus_per_process": 2, "quantize_rows": {"ps": [5, 6], "bytes": 9}}`))
+	f.Add([]byte(`{"version": 1, "launch": "one-process", "gpus_per_process": 2, "quantize_split": {"ps": [5, 6], "bytes": 9}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		in, err := ReadSamples(data)
 		if err != nil {

@@ -282,6 +282,7 @@ func TestModelQuantizeKernelFormula(t *testing.T) {
 		{"8 x 8 blocks (the generic kernel)", layout.Quant{Scheme: layout.QuantBlock, Block: [2]int64{8, 8}}, 0.2, 0.2, false},
 		{"8 x 8 blocks, no generic rate", layout.Quant{Scheme: layout.QuantBlock, Block: [2]int64{8, 8}}, 0, 0.8, false},
 		{"per tensor", layout.Quant{Scheme: layout.QuantTensor}, 0.2, 0.8, true},
+		{"per tensor at quantize_split", layout.Quant{Scheme: layout.QuantTensor}, 0.2, 0.35, true},
 	} {
 		shape := []int64{1024, 4096}
 		src := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: mesh, Placements: []layout.Placement{layout.R}}
@@ -291,6 +292,9 @@ func TestModelQuantizeKernelFormula(t *testing.T) {
 		tp.Executor.QuantizeGeneric = c.generic
 		if c.name == "per channel (the row kernels)" {
 			tp.Executor.QuantizeRows = 0.5
+		}
+		if c.name == "per tensor at quantize_split" {
+			tp.Executor.QuantizeSplit = 0.35
 		}
 		s, err := plan.Build([]ir.Tensor{{Name: "w", Src: src, Dst: dst, Quant: c.q}}, tp, plan.Options{Route: plan.Flat, ChunkBytes: 1 << 30})
 		if err != nil {
@@ -308,7 +312,11 @@ func TestModelQuantizeKernelFormula(t *testing.T) {
 		}
 		want := tp.LatencyLocal + seconds(bytes, units.Bandwidth(c.rate*float64(tp.Memory)))
 		if c.split {
-			want = 2*tp.LatencyLocal + tp.Executor.Costs[topo.OneProcess].BoxLatency + seconds(bytes+2*n, units.Bandwidth(c.rate*float64(tp.Memory)))
+			read := 2 * n // the second read of the source, where unmeasured
+			if tp.Executor.QuantizeSplit > 0 {
+				read = 0 // counted in quantize_split
+			}
+			want = 2*tp.LatencyLocal + tp.Executor.Costs[topo.OneProcess].BoxLatency + seconds(bytes+read, units.Bandwidth(c.rate*float64(tp.Memory)))
 		}
 		within(t, c.name, r.Makespan, want)
 	}

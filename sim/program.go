@@ -264,11 +264,17 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 					case program.QuantRows:
 						coef = quantRowsCoef
 					case program.QuantSplit:
-						// Two kernels at the quantize kernel's rate: the
-						// first reads the source for the amax, the second
-						// reads it again and writes the bytes and scales.
-						moved := float64(op.Src.Bytes + op.Dst.Bytes + s.QuantScale[o].Bytes)
-						coef = quantCoef * (moved + float64(op.Src.Bytes)) / moved
+						// Two kernels: the first reads the source for the
+						// amax, the second reads it again and writes the
+						// bytes and scales; at quantize_split (its bytes
+						// counted once), or where unmeasured at the
+						// quantize kernel's rate with the second read.
+						if x.QuantizeSplit > 0 {
+							coef = 1 / x.QuantizeSplit
+						} else {
+							moved := float64(op.Src.Bytes + op.Dst.Bytes + s.QuantScale[o].Bytes)
+							coef = quantCoef * (moved + float64(op.Src.Bytes)) / moved
+						}
 						clock[proc(d)] += costs.HostLaunch
 						olw += tp.LatencyLocal + costs.BoxLatency
 					}

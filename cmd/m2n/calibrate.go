@@ -184,6 +184,7 @@ Run it once in one process, then under torchrun (one process per GPU) with
 		{"quantize", "128 x 128 blocks", qs, 128, 128, &in.Quant, &in.QuantBytes},
 		{"quantize-generic", fmt.Sprintf("%d x %d blocks (the generic kernel)", gb[0], gb[1]), gs, gb[0], gb[1], &in.QuantGen, &in.QuantGenBytes},
 		{"quantize-rows", "per-channel scales (the row kernel)", gs, 1, gs[len(gs)-1], &in.QuantRows, &in.QuantRowsBytes},
+		{"quantize-split", "a per-tensor scale (the split kernels)", gs, gs[len(gs)-2], gs[len(gs)-1], &in.QuantSplit, &in.QuantSplitBytes},
 	} {
 		ts, b, err := native.TimeQuantize(dev, q.shape, make([]int64, len(q.shape)), q.shape, q.br, q.bc, *iters)
 		if err != nil {

@@ -214,6 +214,7 @@ func presetConstantsTable(t *testing.T, old string) string {
 		"quantize":                  {num("quantize"), ""},
 		"quantize_generic":          {num("quantize_generic"), ""},
 		"quantize_rows":             {num("quantize_rows"), ""},
+		"quantize_split":            {num("quantize_split"), ""},
 		"batch_shared":              {num("batch_shared"), ""},
 		"nvlink":                    {p.Topology.NVLink, ""},
 		"pair_rate":                 both("pair_rate"),

@@ -61,6 +61,7 @@ type ExecutorSpec struct {
 	Quantize    *float64       `toml:"quantize"`
 	QuantizeGen *float64       `toml:"quantize_generic"`
 	QuantizeRow *float64       `toml:"quantize_rows"`
+	QuantizeSpl *float64       `toml:"quantize_split"`
 	BatchShared *float64       `toml:"batch_shared"`
 	CopyShared  *float64       `toml:"copy_shared"`
 	NCCLBeside  *float64       `toml:"nccl_beside"`

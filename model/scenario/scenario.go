@@ -676,6 +676,7 @@ func applyTopology(t *topo.Topology, ts TopologySpec) error {
 		setF(&x.Quantize, e.Quantize)
 		setF(&x.QuantizeGeneric, e.QuantizeGen)
 		setF(&x.QuantizeRows, e.QuantizeRow)
+		setF(&x.QuantizeSplit, e.QuantizeSpl)
 		setF(&x.BatchShared, e.BatchShared)
 		setF(&x.CopyShared, e.CopyShared)
 		setF(&x.NCCLBeside, e.NCCLBeside)

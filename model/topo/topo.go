@@ -207,6 +207,9 @@ func (t *Topology) Describe() string {
 		if e.QuantizeRows > 0 {
 			gen += fmt.Sprintf(" (the row kernel at %.2f)", e.QuantizeRows)
 		}
+		if e.QuantizeSplit > 0 {
+			gen += fmt.Sprintf(" (the split kernels at %.2f)", e.QuantizeSplit)
+		}
 		beside := ""
 		if e.CopyShared > 0 || e.NCCLBeside > 0 || e.NCCLBesideBatch > 0 {
 			beside = fmt.Sprintf(", a local copy beside NCCL at %.2f of memory; NCCL at %.2f of its rate beside it, %.2f beside a batch of box copies", e.CopyShared, e.NCCLBeside, e.NCCLBesideBatch)
@@ -270,6 +273,11 @@ type Executor struct {
 	// 16-bit sources in vectors: per-channel scales; program.QuantRows); 0
 	// means Quantize's.
 	QuantizeRows float64
+	// QuantizeSplit is the same for the split kernels' pair (blocks of
+	// 32,768 elements or more of 16-bit sources: per-tensor scales;
+	// program.QuantSplit), its bytes counted once though it reads its
+	// source twice; 0 means Quantize's with the second read counted.
+	QuantizeSplit float64
 	// BatchShared is the rate of a batch kernel of box copies on the grid
 	// it is left beside NCCL kernels (waves mode), as a fraction of the
 	// same batch on the whole GPU; 0 means 1.
@@ -358,7 +366,7 @@ func (e *Executor) IsZero() bool {
 			return false
 		}
 	}
-	return e.PackLong == 0 && e.PackShort == 0 && e.PackStage == 0 && e.Quantize == 0 && e.QuantizeGeneric == 0 && e.QuantizeRows == 0 && e.BatchShared == 0 && e.CopyShared == 0 && e.NCCLBeside == 0 && e.NCCLBesideBatch == 0
+	return e.PackLong == 0 && e.PackShort == 0 && e.PackStage == 0 && e.Quantize == 0 && e.QuantizeGeneric == 0 && e.QuantizeRows == 0 && e.QuantizeSplit == 0 && e.BatchShared == 0 && e.CopyShared == 0 && e.NCCLBeside == 0 && e.NCCLBesideBatch == 0
 }
 
 // IsZero reports whether no cost of the launch mode is set.
@@ -441,7 +449,7 @@ func (e *Executor) validate() []error {
 	for _, f := range []struct {
 		name string
 		v    float64
-	}{{"executor.pack_long", e.PackLong}, {"executor.pack_short", e.PackShort}, {"executor.pack_stage", e.PackStage}, {"executor.quantize", e.Quantize}, {"executor.quantize_generic", e.QuantizeGeneric}, {"executor.quantize_rows", e.QuantizeRows}} {
+	}{{"executor.pack_long", e.PackLong}, {"executor.pack_short", e.PackShort}, {"executor.pack_stage", e.PackStage}, {"executor.quantize", e.Quantize}, {"executor.quantize_generic", e.QuantizeGeneric}, {"executor.quantize_rows", e.QuantizeRows}, {"executor.quantize_split", e.QuantizeSplit}} {
 		if !(f.v >= 0 && f.v <= 1) { // NaN too
 			errs = append(errs, fmt.Errorf("%s = %g: must be a fraction of memory bandwidth, in [0, 1] (0: 1)", f.name, f.v))
 		}
