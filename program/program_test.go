@@ -135,7 +135,8 @@ func TestPullable(t *testing.T) {
 
 // A batch of quantizes splits by kernel: a kernel's ops, two or more and
 // within the block limit, share a launch in the order the kernels first
-// appear; the others run alone, in order.
+// appear; the others, and every op of a kernel without a batch form (the
+// split kernels), run alone, in order.
 func TestSplitQuantBatch(t *testing.T) {
 	for _, c := range []struct {
 		kernels []string
@@ -147,6 +148,8 @@ func TestSplitQuantBatch(t *testing.T) {
 		{[]string{"a"}, []int64{7}, nil, []int{0}},
 		{[]string{"a", "a", "b", "b"}, []int64{MaxQuantBatchBlocks, 1, 1, 0}, [][]int{{2, 3}}, []int{0, 1}},
 		{[]string{"a", "a"}, []int64{MaxQuantBatchBlocks - 1, 1}, [][]int{{0, 1}}, nil},
+		// the split kernels have no batch form: alone however many
+		{[]string{"quantize_e4m3_split_bf16", "a", "quantize_e4m3_split_bf16", "a"}, []int64{1, 1, 1, 1}, [][]int{{1, 3}}, []int{0, 2}},
 	} {
 		groups, alone := SplitQuantBatch(c.kernels, c.blocks)
 		if !reflect.DeepEqual(groups, c.groups) || !reflect.DeepEqual(alone, c.alone) {
