@@ -62,6 +62,10 @@ loop loop-paper-copy --scale 0.0625 --point rho=2 paper-ffn-moe
 loop loop-paper-nccl --transport nccl --scale 0.0625 --point rho=2 paper-ffn-moe
 step "held out: qwen3-235b-128 in loopback (scale 0.002, staging cap 256 MiB)"
 ITERS=5 loop loop-qwen3 --scale 0.002 --staging-cap 256MiB --route agbcast,hierarchical,nemo-legacy qwen3-235b-128
+step "held out: FP8 by scale layout (dense-2gpu-scales: block, per channel, per tensor), two GPUs and loopback"
+one scales-1proc-nccl --transport nccl --route flat,hierarchical dense-2gpu-scales
+one scales-1proc-copy --transport copy --route flat,hierarchical dense-2gpu-scales
+ITERS=5 loop loop-scales dense-2gpu-scales
 step "held out: FP8 on the wire (fp8-2gpu), two GPUs and loopback"
 one fp8-1proc-auto fp8-2gpu
 one fp8-1proc-nccl --transport nccl fp8-2gpu
