@@ -272,8 +272,12 @@ var ErrCutsBlock = errors.New("a shard boundary cuts a quantization block")
 // last two dims (a shard may end at the tensor's edge inside a block): a
 // shard boundary inside a block would leave the block's scale to two
 // ranks. vLLM refuses such a TP for block-FP8 weights (the shard size must
-// be a multiple of the block), and so does m2n. The error names the dim,
-// the shard and the block.
+// be a multiple of the block), and so does m2n. Per-channel and
+// per-tensor scales are another matter: vLLM holds a row-parallel shard of
+// such a weight (its block cut by the split) with the scale replicated,
+// computed over the whole block before sharding; m2n does not quantize
+// before sharding yet, and says so. The error names the dim, the shard
+// and the block.
 func CheckBlocks(l Layout, q Quant) error {
 	nd := len(l.Shape)
 	br, bc := q.Blocks(l.Shape)
@@ -294,8 +298,12 @@ func CheckBlocks(l Layout, q Quant) error {
 						}
 						axes += fmt.Sprintf("mesh axis %d (%d ranks, %v)", a, l.Mesh.Shape[a], l.Placements[a])
 					}
-					return fmt.Errorf("%w: dim %d (%d) is split by %s into shards of %d, and the shard [%d, %d) %s at %d, inside a block of %d (%d = %d x %d + %d); vLLM refuses such a split too: each shard must hold whole blocks",
-						ErrCutsBlock, d, n, axes, iv.Size, iv.Start, end, map[bool]string{true: "starts", false: "ends"}[at == iv.Start], at, bs, at, at/bs, bs, at%bs)
+					why := "vLLM refuses such a split too: each shard must hold whole blocks"
+					if q.Scheme != QuantBlock {
+						why = fmt.Sprintf("vLLM holds such a shard with the %s scale replicated, computed over the whole block before sharding; m2n does not quantize before sharding yet (move this weight unquantized, or choose a layout whose shards hold whole blocks)", q.Scheme)
+					}
+					return fmt.Errorf("%w: dim %d (%d) is split by %s into shards of %d, and the shard [%d, %d) %s at %d, inside a block of %d (%d = %d x %d + %d); %s",
+						ErrCutsBlock, d, n, axes, iv.Size, iv.Start, end, map[bool]string{true: "starts", false: "ends"}[at == iv.Start], at, bs, at, at/bs, bs, at%bs, why)
 				}
 			}
 		}

@@ -196,14 +196,17 @@ func TestScaleLayout(t *testing.T) {
 	l.Shape[1] = 2048
 	l.Mesh = Mesh{Shape: []int{1, 32}, Ranks: seq(32)}
 	_, err = ScaleLayout(l, q)
-	if !errors.Is(err, ErrCutsBlock) || !strings.Contains(err.Error(), "shards of 64") || !strings.Contains(err.Error(), "ends at 64, inside a block of 128") {
+	if !errors.Is(err, ErrCutsBlock) || !strings.Contains(err.Error(), "shards of 64") || !strings.Contains(err.Error(), "ends at 64, inside a block of 128") ||
+		!strings.Contains(err.Error(), "vLLM refuses such a split too") {
 		t.Errorf("TP 32 of 2048 rows: %v", err)
 	}
-	// Per channel, the same split is fine; per tensor it is not.
+	// Per channel, the same split is fine; per tensor it is not, and the
+	// error says that vLLM takes it and m2n does not yet.
 	if _, err := ScaleLayout(l, Quant{Scheme: QuantChannel}); err != nil {
 		t.Errorf("per channel: %v", err)
 	}
-	if _, err := ScaleLayout(l, Quant{Scheme: QuantTensor}); !errors.Is(err, ErrCutsBlock) {
+	if _, err := ScaleLayout(l, Quant{Scheme: QuantTensor}); !errors.Is(err, ErrCutsBlock) || !strings.Contains(err.Error(), "tensor scale replicated") ||
+		!strings.Contains(err.Error(), "m2n does not quantize before sharding yet") || strings.Contains(err.Error(), "vLLM refuses") {
 		t.Errorf("per tensor over TP 32: %v", err)
 	}
 }
