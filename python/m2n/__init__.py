@@ -21,7 +21,7 @@ import ctypes
 import json
 import os
 
-__all__ = ["M2NError", "Layout", "Tensor", "Plan", "placements_of", "DTYPES", "array_of", "torch_comm", "new_comm"]
+__all__ = ["M2NError", "Layout", "Tensor", "Plan", "placements_of", "DTYPES", "SCALES", "array_of", "torch_comm", "new_comm"]
 
 # The dtypes m2n moves, as scenario files name them.
 DTYPES = ("bf16", "fp16", "fp32", "fp64", "fp8_e4m3", "fp8_e5m2", "int8", "uint8", "int32", "int64")
@@ -242,12 +242,22 @@ class Layout:
         return {"shape": self.mesh_shape, "ranks": self.ranks, "placements": self.placements}
 
 
-class Tensor:
-    """A tensor to move: its name, global shape, dtype, and both layouts."""
+# The scale layouts of a quantized destination (docs/layouts.md).
+SCALES = ("block", "channel", "tensor")
 
-    def __init__(self, name, shape, dtype, src, dst):
+
+class Tensor:
+    """A tensor to move: its name, global shape, dtype, and both layouts.
+
+    dst_dtype="fp8_e4m3" quantizes it on the way (its scales a tensor of
+    their own in the plan): scales "block" (the default, block=[rows, cols],
+    [128, 128] by default), "channel" (a scale a row) or "tensor"."""
+
+    def __init__(self, name, shape, dtype, src, dst, dst_dtype=None, scales=None, block=None):
         self.name, self.shape, self.dtype, self.src, self.dst = name, list(shape), str(dtype).replace("torch.", ""), src, dst
         self.dtype = _TORCH_DTYPES.get(self.dtype, self.dtype)
+        self.dst_dtype = None if dst_dtype is None else _TORCH_DTYPES.get(str(dst_dtype).replace("torch.", ""), str(dst_dtype).replace("torch.", ""))
+        self.scales, self.block = scales, block
 
     def _doc(self):
         if not isinstance(self.name, str) or not self.name:
@@ -261,7 +271,21 @@ class Tensor:
             if not isinstance(lay, Layout):
                 raise ValueError(f"tensor {self.name}: {side}: want an m2n.Layout, got {type(lay).__name__}")
             lay._check(f"tensor {self.name}: {side}")
-        return {"name": self.name, "shape": self.shape, "dtype": self.dtype, "src": self.src._doc(), "dst": self.dst._doc()}
+        doc = {"name": self.name, "shape": self.shape, "dtype": self.dtype, "src": self.src._doc(), "dst": self.dst._doc()}
+        if self.dst_dtype is not None:
+            if self.dst_dtype not in DTYPES:
+                raise ValueError(f"tensor {self.name}: dst_dtype {self.dst_dtype!r}: want one of {', '.join(DTYPES)}")
+            doc["dst_dtype"] = self.dst_dtype
+        if self.scales is not None:
+            if self.scales not in SCALES:
+                raise ValueError(f"tensor {self.name}: scales {self.scales!r}: want one of {', '.join(SCALES)}")
+            doc["scales"] = self.scales
+        if self.block is not None:
+            b = list(self.block)
+            if len(b) != 2 or not all(isinstance(v, int) and v > 0 for v in b):
+                raise ValueError(f"tensor {self.name}: block {self.block!r}: want [rows, cols], positive integers")
+            doc["block"] = b
+        return doc
 
 
 class Plan:

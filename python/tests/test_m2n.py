@@ -185,6 +185,30 @@ class PlanTest(unittest.TestCase):
                                      capture_output=True, text=True, check=True).stdout
                 self.assertEqual(rec, json.loads(out)["records"][0])
 
+    def test_quantized_tensor(self):
+        # A destination in fp8 with a scale a row: the plan has the scale
+        # tensor, named as vLLM names it, and every fp8 byte and scale is
+        # right on the host.
+        t = m2n.Tensor("layers.0.o_proj.weight", [256, 512], "bf16",
+                       src=m2n.Layout([2], [0, 1], ["S(1)"]), dst=m2n.Layout([2], [0, 1], ["R"]),
+                       dst_dtype="torch.float8_e4m3fn", scales="channel")
+        with m2n.Plan.from_tensors([t], {"preset": "hgx-h200", "gpus_per_domain": 1}, route="flat") as plan:
+            names = [x["name"] for x in plan.ir["tensors"]]
+            self.assertEqual(names, ["layers.0.o_proj.weight", "layers.0.o_proj.weight_scale"])
+            res = plan.check_on_host(seed=5)
+            self.assertEqual(res["wrong_bytes"], 0)
+            self.assertGreater(res["checked_bytes"], 0)
+        for kw, want in [({"scales": "row"}, "scales 'row'"), ({"block": [128]}, r"block \[128\]"), ({"dst_dtype": "fp4"}, "dst_dtype 'fp4'")]:
+            bad = m2n.Tensor("w", [256, 512], "bf16", src=m2n.Layout([1], [0], ["R"]), dst=m2n.Layout([1], [1], ["R"]), **kw)
+            with self.assertRaisesRegex(ValueError, "tensor w: " + want):
+                m2n.Plan.from_tensors([bad], {"preset": "hgx-h200"})
+        # m2n's own refusal comes back naming the tensor: a channel split
+        # that would cut its rows' blocks.
+        cut = m2n.Tensor("w.weight", [256, 512], "bf16", src=m2n.Layout([1], [0], ["R"]), dst=m2n.Layout([2], [0, 1], ["S(1)"]),
+                         dst_dtype="fp8_e4m3", scales="channel")
+        with self.assertRaisesRegex(m2n.M2NError, "m2n does not quantize before sharding yet"):
+            m2n.Plan.from_tensors([cut], {"preset": "hgx-h200"})
+
     def test_dtensor_placements(self):
         self.assertEqual(m2n.placements_of([Shard(1), Replicate(), "S(0)"]), ["S(1)", "R", "S(0)"])
         with self.assertRaisesRegex(ValueError, r"placements\[0\]"):
