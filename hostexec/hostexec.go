@@ -111,8 +111,14 @@ func Expected(s *ir.Schedule, t int, box layout.Box) []byte {
 	tt := &s.Tensors[t]
 	switch {
 	case tt.Quant.On():
-		q, _ := quantized(s, t, box)
-		return q
+		// Quantized over the whole blocks the box touches (a box that
+		// cuts blocks keeps its part: layout.LandingLayout).
+		whole := tt.Quant.WeightBox(tt.Src.Shape, tt.Quant.ScaleBox(tt.Src.Shape, box))
+		q, _ := quantized(s, t, whole)
+		if whole.Equal(box) {
+			return q
+		}
+		return part(q, whole, box)
 	case tt.ScaleOf > 0:
 		w := tt.ScaleOf - 1
 		wt := &s.Tensors[w]
@@ -126,6 +132,34 @@ func Expected(s *ir.Schedule, t int, box layout.Box) []byte {
 	want := make([]byte, box.Elems()*tt.Src.DType.Size())
 	fillBox(want, t, tt.Src.Shape, box, tt.Src.DType, false)
 	return want
+}
+
+// part returns the bytes of box (one a element) out of b, which holds the
+// larger box whole, both row-major.
+func part(b []byte, whole, box layout.Box) []byte {
+	out := make([]byte, 0, box.Elems())
+	nd := len(box.Size)
+	if box.Elems() == 0 {
+		return out
+	}
+	idx := make([]int64, nd) // the box's index, dims 0..nd-2 (the last dim is a run)
+	for {
+		var at int64
+		for d := range nd {
+			at = at*whole.Size[d] + box.Start[d] - whole.Start[d] + idx[d]
+		}
+		out = append(out, b[at:at+box.Size[nd-1]]...)
+		d := nd - 2
+		for ; d >= 0; d-- {
+			if idx[d]++; idx[d] < box.Size[d] {
+				break
+			}
+			idx[d] = 0
+		}
+		if d < 0 {
+			return out
+		}
+	}
 }
 
 // quantized returns the fp8 bits and the scales of a block-aligned global

@@ -46,8 +46,8 @@ func quantSchedule(t *testing.T, rng *rand.Rand) *ir.Schedule {
 		if rng.IntN(2) == 0 {
 			q.Block = [2]int64{8, 8} // whole vectors: the vector kernels
 		}
-		if layout.CheckBlocks(dst, q) != nil {
-			continue
+		if _, err := layout.LandingLayout(dst, q); err != nil {
+			continue // shards that cut blocks m2n cannot land whole
 		}
 		route := plan.Routes[rng.IntN(len(plan.Routes))]
 		s, err := plan.Build([]ir.Tensor{{Name: "w.weight", Src: src, Dst: dst, Quant: q}}, tp, plan.Options{Route: route, ChunkBytes: 1 + rng.Int64N(48)})
@@ -64,7 +64,7 @@ func quantSchedule(t *testing.T, rng *rand.Rand) *ir.Schedule {
 func TestExecutorQuantizeOnFake(t *testing.T) {
 	rng := rand.New(rand.NewPCG(51, 52))
 	kernels := map[string]int{}
-	checks, batched := 0, 0
+	checks, batched, onHost := 0, 0, 0
 	for i := range 60 {
 		s := quantSchedule(t, rng)
 		for _, opt := range []Options{
@@ -85,6 +85,7 @@ func TestExecutorQuantizeOnFake(t *testing.T) {
 			}
 			checks += g.quantChecks
 			batched += g.quantBatches
+			onHost += g.downloads
 		}
 	}
 	if kernels["quantize_e4m3_1"] == 0 || kernels["quantize_e4m3_4"]+kernels["quantize_e4m3_8"] == 0 || checks == 0 {
@@ -92,6 +93,36 @@ func TestExecutorQuantizeOnFake(t *testing.T) {
 	}
 	if batched == 0 {
 		t.Error("no quantizes ran as a batch")
+	}
+	if onHost == 0 {
+		t.Error("no fp8 output that cuts its blocks was checked on the host")
+	}
+}
+
+// A destination whose shards cut their blocks (per channel, split by
+// columns, as vLLM's row-parallel weights): each rank lands whole rows,
+// quantizes them and keeps its columns; its fp8 bytes are checked on the
+// host against the reference over the whole rows, which finds a flipped
+// byte.
+func TestExecutorCutBlocksOnFake(t *testing.T) {
+	tp, _ := topo.Preset("hgx-h200")
+	tp.GPUsPerDomain, tp.Domains = 2, 2
+	shape := []int64{64, 96}
+	src := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{2}, Ranks: []int{0, 1}}, Placements: []layout.Placement{layout.S(1)}}
+	dst := layout.Layout{Shape: shape, DType: layout.FP8E4M3, Mesh: layout.Mesh{Shape: []int{2, 2}, Ranks: []int{0, 1, 2, 3}}, Placements: []layout.Placement{layout.R, layout.S(1)}}
+	for _, route := range plan.Routes {
+		s, err := plan.Build([]ir.Tensor{{Name: "o_proj.weight", Src: src, Dst: dst, Quant: layout.Quant{Scheme: layout.QuantChannel}}}, tp, plan.Options{Route: route, ChunkBytes: 1 << 10})
+		if err != nil {
+			t.Fatalf("%s: %v", route, err)
+		}
+		for _, corrupt := range []string{"", "fp8"} {
+			g := newFake(4, 9)
+			g.corrupt = corrupt
+			res := runOn(t, g, s, Options{Backend: NCCL, Iters: 1})
+			if res.Verified != (corrupt == "") || g.downloads == 0 {
+				t.Errorf("%s, corrupt %q: verified %v (%d wrong, first %s), %d host checks", route, corrupt, res.Verified, res.WrongElems, res.FirstWrong, g.downloads)
+			}
+		}
 	}
 }
 

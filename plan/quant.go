@@ -23,8 +23,11 @@ import (
 //     the network to other domains and NVLink inside them;
 //   - else at the destination: the route moves the tensor in its source
 //     dtype into a landing buffer of each destination rank, which then
-//     quantizes its whole shard (a destination shard always holds whole
-//     blocks, or the layout is refused).
+//     quantizes its whole shard; a destination whose shards cut blocks
+//     that span their dims (per channel split by columns, per tensor:
+//     layout.LandingLayout) lands the whole blocks its shard touches,
+//     quantizes them into fp8 staging and copies its own part out (any
+//     other cut is refused).
 type quantSite uint8
 
 const (
@@ -122,10 +125,15 @@ func expand(tensors []ir.Tensor, rt route) (sched, moved []ir.Tensor, site []qua
 		if err := t.Dst.Validate(); err != nil {
 			return nil, nil, nil, nil, fmt.Errorf("tensor %s: destination: %w", t.Name, err)
 		}
-		dsl, err := layout.ScaleLayout(t.Dst, t.Quant)
+		land, err := layout.LandingLayout(t.Dst, t.Quant)
 		if err != nil {
 			return nil, nil, nil, nil, fmt.Errorf("tensor %s: destination %v quantized to fp8_e4m3 (%v scales): %w", t.Name, t.Dst, t.Quant, err)
 		}
+		dsl, err := layout.ScaleLayout(land, t.Quant)
+		if err != nil {
+			return nil, nil, nil, nil, fmt.Errorf("tensor %s: destination %v quantized to fp8_e4m3 (%v scales): %w", t.Name, t.Dst, t.Quant, err)
+		}
+		cut := !sameShards(land, t.Dst) // the destination lands whole blocks and keeps its part
 		w := len(sched)
 		sc := ir.Tensor{Name: ScaleName(t.Name, t.Quant), ScaleOf: w + 1, Dst: dsl,
 			Src: layout.Layout{Shape: dsl.Shape, DType: layout.FP32, Mesh: t.Src.Mesh, Placements: t.Src.Placements}}
@@ -141,7 +149,7 @@ func expand(tensors []ir.Tensor, rt route) (sched, moved []ir.Tensor, site []qua
 		}
 		mt := t
 		mt.Dst.DType = t.Src.DType
-		if l0, ok := entryLayout(t.Dst, len(entries)); ok && rt.quantizesAtEntry() {
+		if l0, ok := entryLayout(t.Dst, len(entries)); ok && rt.quantizesAtEntry() && !cut {
 			// Gather in the source dtype at one replica set, quantize
 			// there, spread fp8 and scales from it.
 			g := mt
@@ -158,9 +166,26 @@ func expand(tensors []ir.Tensor, rt route) (sched, moved []ir.Tensor, site []qua
 			moved, site = append(moved, g, ss), append(site, quantAtEntry, scaleAtEntry)
 			continue
 		}
+		// At the destination: each rank lands its landing shard (the
+		// whole blocks its shard touches) in the source dtype.
+		mt.Dst = land
+		mt.Dst.DType = t.Src.DType
 		moved, site = append(moved, mt, sc), append(site, quantAtDest, scaleAtDest)
 	}
 	return sched, moved, site, entries, nil
+}
+
+// sameShards reports whether two layouts of one tensor place it alike.
+func sameShards(a, b layout.Layout) bool {
+	if len(a.Placements) != len(b.Placements) {
+		return false
+	}
+	for i := range a.Placements {
+		if a.Placements[i] != b.Placements[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // bufDType is the Buffer.DType of a placed buffer of tensor ti in dtype
@@ -297,14 +322,42 @@ func (b *builder) quantizeAtDest(ti int) []quantOut {
 	var outs []quantOut
 	for _, l := range b.landings {
 		box := b.s.Buffers[l.buf].Box
-		out := b.placedAs(ir.Output, ti, l.rank, box, t.Dst.DType)
 		sout := b.placedAs(ir.Output, ti+1, l.rank, t.Quant.ScaleBox(t.Src.Shape, box), layout.FP32)
-		op := b.quantize(l.rank, l.buf, out, sout, b.writers[l.buf])
+		keep, ok := shardOf(t.Dst, l.rank)
+		if !ok || keep.Equal(box) {
+			out := b.placedAs(ir.Output, ti, l.rank, box, t.Dst.DType)
+			op := b.quantize(l.rank, l.buf, out, sout, b.writers[l.buf])
+			delete(b.writers, l.buf)
+			outs = append(outs, quantOut{l.rank, out, sout, op})
+			continue
+		}
+		// The landing holds whole blocks its shard cuts: quantize them
+		// all into fp8 staging, then keep the shard's part.
+		stage := b.placedAs(ir.Staging, ti, l.rank, box, t.Dst.DType)
+		op := b.quantize(l.rank, l.buf, stage, sout, b.writers[l.buf])
 		delete(b.writers, l.buf)
+		if keep.Elems() == 0 {
+			continue // the rank holds the scales only
+		}
+		out := b.placedAs(ir.Output, ti, l.rank, keep, t.Dst.DType)
+		src := ir.Region{Buf: stage, Bytes: keep.Elems(), BoxRef: b.addBox(b.sub(box, keep))}
+		dst := ir.Region{Buf: out, Bytes: keep.Elems(), BoxRef: b.addBox(b.sub(keep, keep))}
+		b.op(ir.Copy, l.rank, []int32{op}, src, dst)
 		outs = append(outs, quantOut{l.rank, out, sout, op})
 	}
 	b.landings = b.landings[:0]
 	return outs
+}
+
+// shardOf is rank's box of layout l (false when the rank is not in its
+// mesh).
+func shardOf(l layout.Layout, rank int) (layout.Box, bool) {
+	for i, r := range l.Mesh.Ranks {
+		if r == rank {
+			return l.LocalBox(i), true
+		}
+	}
+	return layout.Box{}, false
 }
 
 // quantOut is a destination rank's quantize: its fp8 and scale outputs.

@@ -14,8 +14,9 @@ import (
 
 // randomQuant makes a random layout pair quantizable: two dims or more,
 // a float source, an fp8_e4m3 destination, and a scheme whose blocks the
-// destination's shards hold whole (retrying the scheme and block, and
-// giving up with ok false).
+// destination's shards hold whole or land whole (layout.LandingLayout: a
+// per-channel or per-tensor block its shards cut), retrying the scheme and
+// block, and giving up with ok false.
 func randomQuant(rng *rand.Rand) (ir.Tensor, bool) {
 	src, dst := randomLayouts(rng)
 	if len(src.Shape) < 2 {
@@ -25,7 +26,7 @@ func randomQuant(rng *rand.Rand) (ir.Tensor, bool) {
 	dst.DType = layout.FP8E4M3
 	for range 8 {
 		q := layout.Quant{Scheme: layout.QuantScheme(1 + rng.IntN(3)), Block: [2]int64{1 + rng.Int64N(4), 1 + rng.Int64N(4)}}
-		if layout.CheckBlocks(dst, q) == nil {
+		if _, err := layout.LandingLayout(dst, q); err == nil {
 			return ir.Tensor{Name: "w.weight", Src: src, Dst: dst, Quant: q}, true
 		}
 	}
@@ -44,12 +45,16 @@ func TestQuantRoutesExact(t *testing.T) {
 		n = 40
 	}
 	sites := map[quantSite]int{}
+	cuts := 0 // destinations whose shards cut their blocks
 	for i := 0; i < n; {
 		w, ok := randomQuant(rng)
 		if !ok {
 			continue
 		}
 		i++
+		if layout.CheckBlocks(w.Dst, w.Quant) != nil {
+			cuts++
+		}
 		tensors := []ir.Tensor{w}
 		if rng.IntN(3) == 0 { // beside a tensor that is not quantized
 			s2, d2 := randomLayouts(rng)
@@ -122,11 +127,14 @@ func TestQuantRoutesExact(t *testing.T) {
 			}
 		}
 	}
+	if cuts < n/20 {
+		t.Errorf("%d of %d destinations cut their blocks: the test must exercise them", cuts, n)
+	}
 	if sites[quantAtSource] < n/5 || sites[quantAtDest] < n/5 || sites[quantAtEntry] < n/10 {
 		t.Errorf("quantized at the source %d times, at the destination %d, at entry replicas (hierarchical) %d: the test must exercise each",
 			sites[quantAtSource], sites[quantAtDest], sites[quantAtEntry])
 	}
-	t.Logf("sites: at the source %d, at the destination %d, at entry replicas (hierarchical) %d", sites[quantAtSource], sites[quantAtDest], sites[quantAtEntry])
+	t.Logf("sites: at the source %d, at the destination %d, at entry replicas (hierarchical) %d; %d destinations cut their blocks", sites[quantAtSource], sites[quantAtDest], sites[quantAtEntry], cuts)
 }
 
 // Quantizing at the source halves the bytes on the wire: the paper's layer

@@ -213,7 +213,11 @@ func planTensor(p *scenario.Point, tensor string, r *plan.Regions) reports.PlanT
 // from the source's scales where the source holds whole blocks (quantized
 // there), else computed where the destination needs them (nothing moves).
 func scaleRow(p *scenario.Point, t scenario.Tensor) (reports.PlanTensor, error) {
-	dsl, err := layout.ScaleLayout(t.Dst, t.Quant)
+	land, err := layout.LandingLayout(t.Dst, t.Quant)
+	if err != nil {
+		return reports.PlanTensor{}, err
+	}
+	dsl, err := layout.ScaleLayout(land, t.Quant)
 	if err != nil {
 		return reports.PlanTensor{}, err
 	}

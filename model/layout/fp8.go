@@ -275,9 +275,9 @@ var ErrCutsBlock = errors.New("a shard boundary cuts a quantization block")
 // be a multiple of the block), and so does m2n. Per-channel and
 // per-tensor scales are another matter: vLLM holds a row-parallel shard of
 // such a weight (its block cut by the split) with the scale replicated,
-// computed over the whole block before sharding; m2n does not quantize
-// before sharding yet, and says so. The error names the dim, the shard
-// and the block.
+// computed over the whole block before sharding, and so does m2n on the
+// destination (LandingLayout). The error names the dim, the shard and the
+// block.
 func CheckBlocks(l Layout, q Quant) error {
 	nd := len(l.Shape)
 	br, bc := q.Blocks(l.Shape)
@@ -300,7 +300,7 @@ func CheckBlocks(l Layout, q Quant) error {
 					}
 					why := "vLLM refuses such a split too: each shard must hold whole blocks"
 					if q.Scheme != QuantBlock {
-						why = fmt.Sprintf("vLLM holds such a shard with the %s scale replicated, computed over the whole block before sharding; m2n does not quantize before sharding yet (move this weight unquantized, or choose a layout whose shards hold whole blocks)", q.Scheme)
+						why = fmt.Sprintf("vLLM holds such a shard with the %s scale replicated, computed over the whole block before sharding (a destination lands the whole block: LandingLayout)", q.Scheme)
 					}
 					return fmt.Errorf("%w: dim %d (%d) is split by %s into shards of %d, and the shard [%d, %d) %s at %d, inside a block of %d (%d = %d x %d + %d); %s",
 						ErrCutsBlock, d, n, axes, iv.Size, iv.Start, end, map[bool]string{true: "starts", false: "ends"}[at == iv.Start], at, bs, at, at/bs, bs, at%bs, why)
@@ -309,6 +309,40 @@ func CheckBlocks(l Layout, q Quant) error {
 		}
 	}
 	return nil
+}
+
+// LandingLayout is the layout a quantized destination l is quantized on,
+// one rank per shard of it: l itself where its shards hold whole blocks
+// of q; where the shards of a mesh axis cut the blocks of a dim that one
+// block spans whole (per-channel scales split by columns, a per-tensor
+// scale split any way: vLLM's row-parallel FP8 weights), that axis
+// replicates instead, so that each rank lands the whole blocks its shard
+// touches, quantizes them and keeps its part, with the scales replicated
+// as vLLM holds them. Any other cut is refused, with CheckBlocks's error.
+func LandingLayout(l Layout, q Quant) (Layout, error) {
+	err := CheckBlocks(l, q)
+	if err == nil {
+		return l, nil
+	}
+	nd := len(l.Shape)
+	br, bc := q.Blocks(l.Shape)
+	out := l
+	out.Placements = append([]Placement(nil), l.Placements...)
+	for k, bs := range [2]int64{br, bc} {
+		d := nd - 2 + k
+		if bs < l.Shape[d] {
+			continue // several blocks along d: a cut there stays a cut
+		}
+		for a, p := range out.Placements {
+			if p.Shard && p.Dim == d {
+				out.Placements[a] = R
+			}
+		}
+	}
+	if CheckBlocks(out, q) != nil {
+		return Layout{}, err
+	}
+	return out, nil
 }
 
 // ScaleLayout is the layout of the scale tensor of l under q: FP32, the

@@ -200,14 +200,59 @@ func TestScaleLayout(t *testing.T) {
 		!strings.Contains(err.Error(), "vLLM refuses such a split too") {
 		t.Errorf("TP 32 of 2048 rows: %v", err)
 	}
-	// Per channel, the same split is fine; per tensor it is not, and the
-	// error says that vLLM takes it and m2n does not yet.
+	// Per channel, the same split is fine; per tensor it cuts the one
+	// block, and the error says that vLLM holds it with the scale
+	// replicated (a destination lands it: LandingLayout, below).
 	if _, err := ScaleLayout(l, Quant{Scheme: QuantChannel}); err != nil {
 		t.Errorf("per channel: %v", err)
 	}
 	if _, err := ScaleLayout(l, Quant{Scheme: QuantTensor}); !errors.Is(err, ErrCutsBlock) || !strings.Contains(err.Error(), "tensor scale replicated") ||
-		!strings.Contains(err.Error(), "m2n does not quantize before sharding yet") || strings.Contains(err.Error(), "vLLM refuses") {
+		!strings.Contains(err.Error(), "LandingLayout") || strings.Contains(err.Error(), "vLLM refuses") {
 		t.Errorf("per tensor over TP 32: %v", err)
+	}
+}
+
+// The layout a destination quantizes on: itself where its shards hold
+// whole blocks; the axes that cut a block spanning its whole dim
+// replicated (per channel split by columns, per tensor split any way),
+// and nothing else changed; a cut of a dim of several blocks refused.
+func TestLandingLayout(t *testing.T) {
+	seq := func(n int) []int {
+		out := make([]int, n)
+		for i := range out {
+			out[i] = i
+		}
+		return out
+	}
+	mesh := Mesh{Shape: []int{2, 4}, Ranks: seq(8)}
+	for _, c := range []struct {
+		name string
+		pl   []Placement
+		q    Quant
+		want []Placement // nil: refused
+	}{
+		{"block, whole blocks", []Placement{R, S(0)}, Quant{Scheme: QuantBlock, Block: [2]int64{128, 128}}, []Placement{R, S(0)}},
+		{"block, cut", []Placement{R, S(1)}, Quant{Scheme: QuantBlock, Block: [2]int64{128, 384}}, nil},
+		{"channel, column split (row-parallel)", []Placement{S(0), S(1)}, Quant{Scheme: QuantChannel}, []Placement{S(0), R}},
+		{"channel, row split", []Placement{R, S(0)}, Quant{Scheme: QuantChannel}, []Placement{R, S(0)}},
+		{"tensor, any split", []Placement{S(0), S(1)}, Quant{Scheme: QuantTensor}, []Placement{R, R}},
+		{"block wider than the dim", []Placement{R, S(1)}, Quant{Scheme: QuantBlock, Block: [2]int64{128, 4096}}, []Placement{R, R}},
+	} {
+		l := Layout{Shape: []int64{1024, 2048}, DType: FP8E4M3, Mesh: mesh, Placements: c.pl}
+		got, err := LandingLayout(l, c.q)
+		if c.want == nil {
+			if !errors.Is(err, ErrCutsBlock) {
+				t.Errorf("%s: %v, %v; want refused", c.name, got.Placements, err)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(got.Placements, c.want) || !slices.Equal(got.Shape, l.Shape) || got.DType != l.DType || !slices.Equal(got.Mesh.Ranks, l.Mesh.Ranks) {
+			t.Errorf("%s: %v, %v; want %v", c.name, got.Placements, err, c.want)
+			continue
+		}
+		if _, err := ScaleLayout(got, c.q); err != nil {
+			t.Errorf("%s: the landing layout has no scale layout: %v", c.name, err)
+		}
 	}
 }
 

@@ -479,7 +479,7 @@ func (s *Scenario) resolve(f *File, p *Point) error {
 			if err := layout.ValidateQuant(dt, dd, t.Src.Shape, q); err != nil {
 				return fmt.Errorf("%s.dst_dtype = %q: %w", at, *ts.DstDType, err)
 			}
-			if err := layout.CheckBlocks(t.Dst, q); err != nil {
+			if _, err := layout.LandingLayout(t.Dst, q); err != nil {
 				return fmt.Errorf("%s.dst: %w", at, err)
 			}
 		}

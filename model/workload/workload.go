@@ -111,7 +111,7 @@ func (s *Spec) Tensors() ([]Tensor, error) {
 			if err := layout.ValidateQuant(s.DType, t.Dst.DType, w.Shape, s.Quant); err != nil {
 				return nil, fmt.Errorf("dst_dtype = \"fp8_e4m3\": %w", err)
 			}
-			if err := layout.CheckBlocks(t.Dst, s.Quant); err != nil {
+			if _, err := layout.LandingLayout(t.Dst, s.Quant); err != nil {
 				return nil, fmt.Errorf("dst_dtype = \"fp8_e4m3\" (%v scales): generator tp = %d, ep = %d: %s: %w", s.Quant, s.Generator.TP, s.Generator.EP, w.Name, err)
 			}
 		}

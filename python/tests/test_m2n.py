@@ -202,12 +202,22 @@ class PlanTest(unittest.TestCase):
             bad = m2n.Tensor("w", [256, 512], "bf16", src=m2n.Layout([1], [0], ["R"]), dst=m2n.Layout([1], [1], ["R"]), **kw)
             with self.assertRaisesRegex(ValueError, "tensor w: " + want):
                 m2n.Plan.from_tensors([bad], {"preset": "hgx-h200"})
-        # m2n's own refusal comes back naming the tensor: a channel split
-        # that would cut its rows' blocks.
+        # A row-parallel shard of per-channel fp8, as vLLM holds it: each
+        # rank keeps its columns of rows quantized whole, and the scales
+        # replicated; every byte right on the host.
         cut = m2n.Tensor("w.weight", [256, 512], "bf16", src=m2n.Layout([1], [0], ["R"]), dst=m2n.Layout([2], [0, 1], ["S(1)"]),
                          dst_dtype="fp8_e4m3", scales="channel")
-        with self.assertRaisesRegex(m2n.M2NError, "m2n does not quantize before sharding yet"):
-            m2n.Plan.from_tensors([cut], {"preset": "hgx-h200"})
+        with m2n.Plan.from_tensors([cut], {"preset": "hgx-h200"}, route="flat") as plan:
+            scale = plan.ir["tensors"][1]
+            self.assertEqual(scale["name"], "w.weight_scale")
+            self.assertEqual(scale["dst"]["placements"], ["R"])
+            self.assertEqual(plan.check_on_host(seed=6)["wrong_bytes"], 0)
+        # m2n's own refusal comes back naming the tensor: a TP that cuts
+        # 128 x 128 blocks.
+        bad = m2n.Tensor("w.weight", [256, 320], "bf16", src=m2n.Layout([1], [0], ["R"]), dst=m2n.Layout([2], [0, 1], ["S(1)"]),
+                         dst_dtype="fp8_e4m3")
+        with self.assertRaisesRegex(m2n.M2NError, "vLLM refuses such a split too"):
+            m2n.Plan.from_tensors([bad], {"preset": "hgx-h200"})
 
     def test_dtensor_placements(self):
         self.assertEqual(m2n.placements_of([Shard(1), Replicate(), "S(0)"]), ["S(1)", "R", "S(0)"])
