@@ -47,6 +47,7 @@ one dense-copy-nograph --transport copy --graph=false --route flat,hierarchical 
 one dense-capped --transport nccl --route flat,hierarchical --staging-cap 1GiB dense-2gpu
 one dense-scales-nccl --transport nccl --route flat,hierarchical dense-2gpu-scales
 one dense-scales-copy --transport copy --route flat,hierarchical dense-2gpu-scales
+one dense-tp2-scales-nccl --transport nccl --route flat,hierarchical dense-2gpu-tp2-scales
 perproc dense-perproc-nccl --transport nccl --route flat,hierarchical,agbcast,nemo-legacy dense-2gpu
 perproc dense-perproc-auto --route flat,hierarchical dense-2gpu
 perproc dense-perproc-copy-profile --transport copy --graph=false --route flat --point dst=bf16 --profile dense-2gpu

@@ -20,6 +20,8 @@ step "paper scenario, loopback over NCCL self send/recv, rho=2"
 timeout 150 bin/m2n run --scale "$SCALE" --point rho=2 --transport nccl --json paper-ffn-moe > "$OUT/loop-nccl.json"
 step "fp8 scale layouts (dense-2gpu-scales: block, per channel, per tensor), loopback"
 timeout 300 bin/m2n run --iters 5 --warmup 2 --json dense-2gpu-scales > "$OUT/loop-scales.json"
+step "the same at generator TP2 (row-parallel shards cut per-channel and per-tensor blocks), loopback"
+timeout 300 bin/m2n run --iters 5 --warmup 2 --json dense-2gpu-tp2-scales > "$OUT/loop-tp2-scales.json"
 step "kernel throughput (m2n)"; timeout 150 bin/native.test -test.run '^$' -test.bench GPU -test.benchtime 1x 2>&1 | grep '^box\|^geometry\|^batch'
 step "kernel throughput (PyTorch)"; python3 scripts/torch_pack.py
 step "legacy path in PyTorch (one GPU: a smoke test of the script)"

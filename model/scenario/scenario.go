@@ -750,6 +750,9 @@ func (p *Point) Scale(f float64) error {
 			// blocks, in a multiple of the block rows times each side's
 			// shards of dim 0 (at most the unscaled rows).
 			br, _ := t.Quant.Blocks(t.Src.Shape)
+			if t.Quant.Scheme == layout.QuantTensor {
+				br = 1 // the block is the matrix, whatever its rows
+			}
 			unit := br * lcm(shards0(t.Src), shards0(t.Dst))
 			shape[0] = min(n, (shape[0]+unit-1)/unit*unit)
 		}

@@ -189,3 +189,28 @@ func TestWorkloadFP8(t *testing.T) {
 		}
 	}
 }
+
+// --scale shrinks a per-tensor quantized weight too (its block is the
+// matrix, whatever its rows), keeping dim 0 whole shards on both sides.
+func TestScalePerTensor(t *testing.T) {
+	mesh := func(ranks ...int) layout.Mesh { return layout.Mesh{Shape: []int{len(ranks)}, Ranks: ranks} }
+	src := layout.Layout{Shape: []int64{8192, 8192}, DType: layout.BF16, Mesh: mesh(0, 1), Placements: []layout.Placement{layout.S(0)}}
+	dst := layout.Layout{Shape: []int64{8192, 8192}, DType: layout.FP8E4M3, Mesh: mesh(0, 1), Placements: []layout.Placement{layout.S(1)}}
+	for _, q := range []layout.Quant{{Scheme: layout.QuantTensor}, {Scheme: layout.QuantChannel}, {Scheme: layout.QuantBlock, Block: layout.DefaultBlock}} {
+		p := &Point{Tensors: []Tensor{{Name: "w", Src: src, Dst: dst, Quant: q}}}
+		if err := p.Scale(0.01); err != nil {
+			t.Fatal(err)
+		}
+		got := p.Tensors[0].Src.Shape[0]
+		br, _ := q.Blocks([]int64{8192, 8192})
+		if q.Scheme == layout.QuantTensor {
+			br = 1
+		}
+		if want := (int64(82) + 2*br - 1) / (2 * br) * 2 * br; got != want {
+			t.Errorf("%v: dim 0 scaled to %d, want %d", q, got, want)
+		}
+		if _, err := layout.LandingLayout(p.Tensors[0].Dst, q); err != nil {
+			t.Errorf("%v: %v", q, err)
+		}
+	}
+}
