@@ -262,9 +262,9 @@ func (b *builder) build(tensors []ir.Tensor, entries map[int]entry) (err error) 
 		}
 		switch b.site[ti] {
 		case quantAtDest:
-			b.quantizeAtDest(ti, false)
+			b.quantizeAtDest(ti)
 		case quantAtEntry:
-			b.spread(ti, b.quantizeAtDest(ti, entries[ti].cut), entries[ti])
+			b.spread(ti, b.quantizeAtDest(ti), entries[ti])
 		}
 		b.minDone += b.min[ti]
 		b.built = pools{len(b.s.Ops), len(b.s.DepPool), len(b.s.BoxPool)}

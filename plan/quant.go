@@ -27,9 +27,7 @@ import (
 //     that span their dims (per channel split by columns, per tensor:
 //     layout.LandingLayout) lands the whole blocks its shard touches,
 //     quantizes them into fp8 staging and copies its own part out (any
-//     other cut is refused); on the hierarchical route its entry replicas
-//     land them (the landing layout restricted to one replica set) and
-//     spread fp8 from the staging.
+//     other cut is refused).
 type quantSite uint8
 
 const (
@@ -47,10 +45,6 @@ const (
 type entry struct {
 	gather, spread, scale ir.Tensor
 	regions               *Regions // the spread's
-	// cut: the destination's shards cut the blocks, which the entry
-	// replicas land whole (layout.LandingLayout): an entry's fp8 is
-	// staging it spreads from, its own output one more destination.
-	cut bool
 }
 
 // entryLayout is the destination layout restricted to one replica set:
@@ -155,7 +149,7 @@ func expand(tensors []ir.Tensor, rt route) (sched, moved []ir.Tensor, site []qua
 		}
 		mt := t
 		mt.Dst.DType = t.Src.DType
-		if l0, ok := entryLayout(land, len(entries)); ok && rt.quantizesAtEntry() {
+		if l0, ok := entryLayout(t.Dst, len(entries)); ok && rt.quantizesAtEntry() && !cut {
 			// Gather in the source dtype at one replica set, quantize
 			// there, spread fp8 and scales from it.
 			g := mt
@@ -165,10 +159,10 @@ func expand(tensors []ir.Tensor, rt route) (sched, moved []ir.Tensor, site []qua
 			sp.Src = l0
 			sp.Src.DType = t.Dst.DType
 			ss := sc
-			if ss.Src, err = layout.ScaleLayout(l0, t.Quant); err != nil { // l0's shards are the landing layout's: whole blocks
+			if ss.Src, err = layout.ScaleLayout(l0, t.Quant); err != nil { // l0's shards are dst's: whole blocks
 				return nil, nil, nil, nil, fmt.Errorf("tensor %s: entry replicas %v: %w (a bug in m2n)", t.Name, l0, err)
 			}
-			entries[w] = entry{gather: g, spread: sp, scale: ss, cut: cut}
+			entries[w] = entry{gather: g, spread: sp, scale: ss}
 			moved, site = append(moved, g, ss), append(site, quantAtEntry, scaleAtEntry)
 			continue
 		}
@@ -323,27 +317,18 @@ func (b *builder) quantOutputs(w, rank int, box layout.Box) (out, sout int32, ok
 // destination), each destination rank's quantize of its landing buffer
 // into its fp8 output and its scale output, after every op that wrote
 // the landing buffer.
-func (b *builder) quantizeAtDest(ti int, staged bool) []quantOut {
+func (b *builder) quantizeAtDest(ti int) []quantOut {
 	t := &b.s.Tensors[ti]
 	var outs []quantOut
 	for _, l := range b.landings {
 		box := b.s.Buffers[l.buf].Box
 		sout := b.placedAs(ir.Output, ti+1, l.rank, t.Quant.ScaleBox(t.Src.Shape, box), layout.FP32)
 		keep, ok := shardOf(t.Dst, l.rank)
-		if staged {
-			// An entry replica of a destination that cuts its blocks:
-			// the whole blocks in fp8 staging, spread from there.
-			stage := b.placedAs(ir.Staging, ti, l.rank, box, t.Dst.DType)
-			op := b.quantize(l.rank, l.buf, stage, sout, b.writers[l.buf])
-			delete(b.writers, l.buf)
-			outs = append(outs, quantOut{l.rank, stage, sout, op, true})
-			continue
-		}
 		if !ok || keep.Equal(box) {
 			out := b.placedAs(ir.Output, ti, l.rank, box, t.Dst.DType)
 			op := b.quantize(l.rank, l.buf, out, sout, b.writers[l.buf])
 			delete(b.writers, l.buf)
-			outs = append(outs, quantOut{l.rank, out, sout, op, false})
+			outs = append(outs, quantOut{l.rank, out, sout, op})
 			continue
 		}
 		// The landing holds whole blocks its shard cuts: quantize them
@@ -358,7 +343,7 @@ func (b *builder) quantizeAtDest(ti int, staged bool) []quantOut {
 		src := ir.Region{Buf: stage, Bytes: keep.Elems(), BoxRef: b.addBox(b.sub(box, keep))}
 		dst := ir.Region{Buf: out, Bytes: keep.Elems(), BoxRef: b.addBox(b.sub(keep, keep))}
 		b.op(ir.Copy, l.rank, []int32{op}, src, dst)
-		outs = append(outs, quantOut{l.rank, out, sout, op, false})
+		outs = append(outs, quantOut{l.rank, out, sout, op})
 	}
 	b.landings = b.landings[:0]
 	return outs
@@ -375,12 +360,10 @@ func shardOf(l layout.Layout, rank int) (layout.Box, bool) {
 	return layout.Box{}, false
 }
 
-// quantOut is a destination rank's quantize: its fp8 and scale outputs
-// (staged: its fp8 is staging of whole blocks, not its output).
+// quantOut is a destination rank's quantize: its fp8 and scale outputs.
 type quantOut struct {
 	rank           int
 	out, scale, op int32
-	staged         bool
 }
 
 // spread moves tensor ti (quantized at its entry replicas, whose outputs
@@ -393,13 +376,7 @@ func (b *builder) spread(ti int, outs []quantOut, e entry) {
 	for _, o := range outs {
 		w := b.wi.Pos(o.rank)
 		b.inputs[w] = struct{ stamp, id int32 }{int32(ti) + 1, o.out}
-		if o.staged {
-			// The route makes the entry's output, as any destination's
-			// (its landing, stamped so far, is not it).
-			b.outputs[w] = struct{ stamp, id int32 }{}
-		} else {
-			b.outputs[w] = struct{ stamp, id int32 }{int32(ti) + 1, o.out}
-		}
+		b.outputs[w] = struct{ stamp, id int32 }{int32(ti) + 1, o.out}
 		for len(b.pre) < len(b.s.Buffers) {
 			b.pre = append(b.pre, 0)
 		}
