@@ -89,15 +89,13 @@ func WriteSamples(w io.Writer, in Input) error {
 	d := samplesDoc{Version: SamplesVersion, Launch: in.Launch.String(), GPUsPerProcess: in.GPUsPerProcess,
 		Benches: map[string]benchDoc{}, Boxes: map[string]boxDoc{}, QuantizePS: ps(in.Quant), QuantizeBytes: in.QuantBytes,
 		Command: in.Command, Date: in.Date, Machine: in.Machine}
-	if len(in.QuantGen) > 0 {
-		d.QuantGen = &quantGenDoc{PS: ps(in.QuantGen), Bytes: in.QuantGenBytes}
+	quantDoc := func(ts []units.Time, bytes int64) *quantGenDoc {
+		if len(ts) == 0 {
+			return nil
+		}
+		return &quantGenDoc{PS: ps(ts), Bytes: bytes}
 	}
-	if len(in.QuantRows) > 0 {
-		d.QuantRows = &quantGenDoc{PS: ps(in.QuantRows), Bytes: in.QuantRowsBytes}
-	}
-	if len(in.QuantSplit) > 0 {
-		d.QuantSplit = &quantGenDoc{PS: ps(in.QuantSplit), Bytes: in.QuantSplitBytes}
-	}
+	d.QuantGen, d.QuantRows, d.QuantSplit = quantDoc(in.QuantGen, in.QuantGenBytes), quantDoc(in.QuantRows, in.QuantRowsBytes), quantDoc(in.QuantSplit, in.QuantSplitBytes)
 	if len(in.BatchWhole) > 0 || len(in.BatchShared) > 0 {
 		d.Batch = &batchDoc{WholePS: ps(in.BatchWhole), SharedPS: ps(in.BatchShared)}
 	}
@@ -209,31 +207,26 @@ func ReadSamples(data []byte) (Input, error) {
 			return Input{}, fmt.Errorf("samples: quantize_bytes = %d: must be positive with quantize_ps", d.QuantizeBytes)
 		}
 	}
-	if d.QuantGen != nil {
+	// The optional benches of other quantize kernels: times and bytes each.
+	for _, q := range []struct {
+		name  string
+		doc   *quantGenDoc
+		times *[]units.Time
+		bytes *int64
+	}{
+		{"quantize_generic", d.QuantGen, &in.QuantGen, &in.QuantGenBytes},
+		{"quantize_rows", d.QuantRows, &in.QuantRows, &in.QuantRowsBytes},
+		{"quantize_split", d.QuantSplit, &in.QuantSplit, &in.QuantSplitBytes},
+	} {
+		if q.doc == nil {
+			continue
+		}
 		var err error
-		if in.QuantGen, err = times("quantize_generic.ps", d.QuantGen.PS); err != nil {
+		if *q.times, err = times(q.name+".ps", q.doc.PS); err != nil {
 			return Input{}, err
 		}
-		if in.QuantGenBytes = d.QuantGen.Bytes; in.QuantGenBytes <= 0 {
-			return Input{}, fmt.Errorf("samples: quantize_generic.bytes = %d: must be positive", d.QuantGen.Bytes)
-		}
-	}
-	if d.QuantRows != nil {
-		var err error
-		if in.QuantRows, err = times("quantize_rows.ps", d.QuantRows.PS); err != nil {
-			return Input{}, err
-		}
-		if in.QuantRowsBytes = d.QuantRows.Bytes; in.QuantRowsBytes <= 0 {
-			return Input{}, fmt.Errorf("samples: quantize_rows.bytes = %d: must be positive", d.QuantRows.Bytes)
-		}
-	}
-	if d.QuantSplit != nil {
-		var err error
-		if in.QuantSplit, err = times("quantize_split.ps", d.QuantSplit.PS); err != nil {
-			return Input{}, err
-		}
-		if in.QuantSplitBytes = d.QuantSplit.Bytes; in.QuantSplitBytes <= 0 {
-			return Input{}, fmt.Errorf("samples: quantize_split.bytes = %d: must be positive", d.QuantSplit.Bytes)
+		if *q.bytes = q.doc.Bytes; *q.bytes <= 0 {
+			return Input{}, fmt.Errorf("samples: %s.bytes = %d: must be positive", q.name, q.doc.Bytes)
 		}
 	}
 	if d.Batch != nil {

@@ -134,32 +134,16 @@ func Expected(s *ir.Schedule, t int, box layout.Box) []byte {
 	return want
 }
 
-// part returns the bytes of box (one a element) out of b, which holds the
+// part returns the bytes of box (one an element) out of b, which holds the
 // larger box whole, both row-major.
 func part(b []byte, whole, box layout.Box) []byte {
+	rel := box.Clone()
+	for d := range rel.Start {
+		rel.Start[d] -= whole.Start[d]
+	}
 	out := make([]byte, 0, box.Elems())
-	nd := len(box.Size)
-	if box.Elems() == 0 {
-		return out
-	}
-	idx := make([]int64, nd) // the box's index, dims 0..nd-2 (the last dim is a run)
-	for {
-		var at int64
-		for d := range nd {
-			at = at*whole.Size[d] + box.Start[d] - whole.Start[d] + idx[d]
-		}
-		out = append(out, b[at:at+box.Size[nd-1]]...)
-		d := nd - 2
-		for ; d >= 0; d-- {
-			if idx[d]++; idx[d] < box.Size[d] {
-				break
-			}
-			idx[d] = 0
-		}
-		if d < 0 {
-			return out
-		}
-	}
+	rel.ForEachRun(whole.Size, func(first, n int64) { out = append(out, b[first:first+n]...) })
+	return out
 }
 
 // quantized returns the fp8 bits and the scales of a block-aligned global

@@ -13,12 +13,10 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/m2n-project/m2n/internal/schedtest"
 	"github.com/m2n-project/m2n/ir"
 	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/model/units"
-	"github.com/m2n-project/m2n/plan"
 	"github.com/m2n-project/m2n/program"
 )
 
@@ -33,6 +31,30 @@ type quantCase struct {
 	// (bf16) or zeros (fp16); 2 one value in 64 at least 2^127 (bf16) or
 	// the largest finite (fp16).
 	special int
+}
+
+// withLeadDims gives c two or three dims, each of 1 to 3 elements (the
+// last two for the caller to set), and returns how many.
+func (c *quantCase) withLeadDims(rng *rand.Rand) int {
+	nd := 2 + rng.IntN(2)
+	c.srcFull, c.srcStart, c.size = make([]int64, nd), make([]int64, nd), make([]int64, nd)
+	for d := range nd {
+		c.size[d] = 1 + rng.Int64N(3)
+	}
+	return nd
+}
+
+// embed places c's box in its source array: each dim the box's own, or
+// at random larger by up to 16 elements with the box at the end, on a
+// multiple of 8.
+func (c *quantCase) embed(rng *rand.Rand) {
+	for d := range c.size {
+		c.srcFull[d] = c.size[d]
+		if rng.IntN(2) == 0 {
+			c.srcFull[d] += 8 * rng.Int64N(3)
+			c.srcStart[d] = (c.srcFull[d] - c.size[d]) / 8 * 8
+		}
+	}
 }
 
 // runQuantCase quantizes on the device and on the host (emulateQuant) from
@@ -172,19 +194,9 @@ func TestGPUQuantizeKernels(t *testing.T) {
 	// take their general path.
 	for i := range 40 {
 		c := quantCase{dt: []layout.DType{layout.BF16, layout.FP16}[i%2], br: 128, bc: 128, special: i / 2 % 3}
-		nd := 2 + rng.IntN(2)
-		c.srcFull, c.srcStart, c.size = make([]int64, nd), make([]int64, nd), make([]int64, nd)
-		for d := range nd {
-			c.size[d] = 1 + rng.Int64N(3)
-		}
+		nd := c.withLeadDims(rng)
 		c.size[nd-2], c.size[nd-1] = 1+rng.Int64N(300), 128*(1+rng.Int64N(4))
-		for d := range nd {
-			c.srcFull[d] = c.size[d]
-			if rng.IntN(2) == 0 {
-				c.srcFull[d] += 8 * rng.Int64N(3)
-				c.srcStart[d] = (c.srcFull[d] - c.size[d]) / 8 * 8
-			}
-		}
+		c.embed(rng)
 		kernel, bad := runQuantCase(t, g, dev, st, rng, c)
 		kernels[kernel]++
 		if !strings.HasPrefix(kernel, "quantize_e4m3_b128_") || bad > 0 {
@@ -196,23 +208,13 @@ func TestGPUQuantizeKernels(t *testing.T) {
 	// tiny or huge magnitudes take the reference's code.
 	for i := range 30 {
 		c := quantCase{dt: []layout.DType{layout.BF16, layout.FP16}[i%2], special: i / 2 % 3, br: 1}
-		nd := 2 + rng.IntN(2)
-		c.srcFull, c.srcStart, c.size = make([]int64, nd), make([]int64, nd), make([]int64, nd)
-		for d := range nd {
-			c.size[d] = 1 + rng.Int64N(3)
-		}
+		nd := c.withLeadDims(rng)
 		c.size[nd-2], c.size[nd-1] = 1+rng.Int64N(400), 8*(1+rng.Int64N([]int64{8, 300, 4000}[i%3]))
 		c.bc = c.size[nd-1] // per channel
 		if i%5 == 4 {
 			c.bc = 8 * (1 + rng.Int64N(c.size[nd-1]/8)) // 1 x bc blocks
 		}
-		for d := range nd {
-			c.srcFull[d] = c.size[d]
-			if rng.IntN(2) == 0 {
-				c.srcFull[d] += 8 * rng.Int64N(3)
-				c.srcStart[d] = (c.srcFull[d] - c.size[d]) / 8 * 8
-			}
-		}
+		c.embed(rng)
 		kernel, bad := runQuantCase(t, g, dev, st, rng, c)
 		kernels[kernel]++
 		if !strings.HasPrefix(kernel, "quantize_e4m3_rows_") || bad > 0 {
@@ -225,11 +227,7 @@ func TestGPUQuantizeKernels(t *testing.T) {
 	// take the IEEE division.
 	for i := range 24 {
 		c := quantCase{dt: []layout.DType{layout.BF16, layout.FP16}[i%2], special: i / 2 % 3}
-		nd := 2 + rng.IntN(2)
-		c.srcFull, c.srcStart, c.size = make([]int64, nd), make([]int64, nd), make([]int64, nd)
-		for d := range nd {
-			c.size[d] = 1 + rng.Int64N(3)
-		}
+		nd := c.withLeadDims(rng)
 		c.size[nd-2], c.size[nd-1] = 64+rng.Int64N(700), 8*(64+rng.Int64N(400))
 		c.br, c.bc = c.size[nd-2], c.size[nd-1] // per tensor (a scale a lead slice): at least 64 x 512
 		if i%3 == 2 {
@@ -238,13 +236,7 @@ func TestGPUQuantizeKernels(t *testing.T) {
 			c.size[nd-1] = 8 * (128 + rng.Int64N(300))
 			c.br, c.bc = 64, 8*((c.size[nd-1]/8+1)/2)
 		}
-		for d := range nd {
-			c.srcFull[d] = c.size[d]
-			if rng.IntN(2) == 0 {
-				c.srcFull[d] += 8 * rng.Int64N(3)
-				c.srcStart[d] = (c.srcFull[d] - c.size[d]) / 8 * 8
-			}
-		}
+		c.embed(rng)
 		kernel, bad := runQuantCase(t, g, dev, st, rng, c)
 		kernels[kernel]++
 		if !isSplit(kernel) || bad > 0 {
@@ -604,26 +596,8 @@ func TestGPUSplitQuantizeSchedules(t *testing.T) {
 	rng := rand.New(rand.NewPCG(67, 68))
 	tp, _ := topo.Preset("hgx-h200")
 	tp.GPUsPerDomain, tp.Domains = 2, 2
-	for i := 0; i < 8; {
-		nd := 2 + rng.IntN(2)
-		shape := make([]int64, nd)
-		for d := range shape {
-			shape[d] = 1 + rng.Int64N(3)
-		}
-		shape[nd-2], shape[nd-1] = 64+rng.Int64N(512), 8*(64+rng.Int64N(512))
-		src := schedtest.Layout(rng, shape, []int{0, 1})
-		dst := schedtest.Layout(rng, shape, []int{2, 3})
-		src.DType = []layout.DType{layout.BF16, layout.FP16}[rng.IntN(2)]
-		dst.DType = layout.FP8E4M3
-		q := layout.Quant{Scheme: layout.QuantTensor}
-		if src.Mesh.Validate() != nil || dst.Mesh.Validate() != nil || layout.CheckBlocks(dst, q) != nil {
-			continue
-		}
-		route := plan.Routes[rng.IntN(len(plan.Routes))]
-		s, err := plan.Build([]ir.Tensor{{Name: "w.weight", Src: src, Dst: dst, Quant: q}}, tp, plan.Options{Route: route, ChunkBytes: 1 << 16})
-		if err != nil {
-			t.Fatal(err)
-		}
+	for i := range 8 {
+		s := splitSchedule(t, rng, tp, 512, 512, 1<<16)
 		for _, opt := range []Options{
 			{Backend: Loopback, Settings: program.Settings{Transport: TransportCopy, Lanes: 1 + rng.IntN(4), Graph: i%2 == 0}, Iters: 2},
 			{Backend: Loopback, Settings: program.Settings{Transport: TransportNCCL, Lanes: 1 + rng.IntN(4)}, Iters: 2},
@@ -633,7 +607,6 @@ func TestGPUSplitQuantizeSchedules(t *testing.T) {
 		if i < 2 {
 			checkFailsOnFlip(t, s)
 		}
-		i++
 	}
 }
 

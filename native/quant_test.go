@@ -58,6 +58,31 @@ func quantSchedule(t *testing.T, rng *rand.Rand) *ir.Schedule {
 	}
 }
 
+// runVerifiedOnFake runs case i's schedule s for iters iterations on the
+// fake GPU in loopback over copies and over NCCL, each at a random count
+// of lanes, fails the test unless every byte is right, and returns the two
+// fakes for their counters.
+func runVerifiedOnFake(t *testing.T, rng *rand.Rand, s *ir.Schedule, i, iters int) []*fakeGPU {
+	t.Helper()
+	var out []*fakeGPU
+	for _, opt := range []Options{
+		{Backend: Loopback, Settings: program.Settings{Transport: TransportCopy, Lanes: 1 + rng.IntN(4)}, Iters: iters},
+		{Backend: NCCL, Settings: program.Settings{Lanes: 1 + rng.IntN(4)}, Iters: iters},
+	} {
+		devices := 1
+		if opt.Backend == NCCL {
+			devices = len(s.World)
+		}
+		g := newFake(devices, uint64(i))
+		res := runOn(t, g, s, opt)
+		if !res.Verified {
+			t.Fatalf("case %d %s (%s): %d wrong elements; first %s", i, opt.Backend, s.Route, res.WrongElems, res.FirstWrong)
+		}
+		out = append(out, g)
+	}
+	return out
+}
+
 // The fake GPU runs the quantize op (the kernels' work, emulated with the
 // reference quantizer) in every backend, and the executor checks every
 // fp8 byte and scale against the quantized source pattern.
@@ -67,19 +92,7 @@ func TestExecutorQuantizeOnFake(t *testing.T) {
 	checks, batched, onHost := 0, 0, 0
 	for i := range 60 {
 		s := quantSchedule(t, rng)
-		for _, opt := range []Options{
-			{Backend: Loopback, Settings: program.Settings{Transport: TransportCopy, Lanes: 1 + rng.IntN(4)}, Iters: 1},
-			{Backend: NCCL, Settings: program.Settings{Lanes: 1 + rng.IntN(4)}, Iters: 1},
-		} {
-			devices := 1
-			if opt.Backend == NCCL {
-				devices = len(s.World)
-			}
-			g := newFake(devices, uint64(i))
-			res := runOn(t, g, s, opt)
-			if !res.Verified {
-				t.Fatalf("case %d %s (%s): %d wrong elements; first %s", i, opt.Backend, s.Route, res.WrongElems, res.FirstWrong)
-			}
+		for _, g := range runVerifiedOnFake(t, rng, s, i, 1) {
 			for k, n := range g.quantKernels {
 				kernels[k] += n
 			}
@@ -126,6 +139,37 @@ func TestExecutorCutBlocksOnFake(t *testing.T) {
 	}
 }
 
+// splitSchedule builds a random schedule of one tensor quantized per
+// tensor (per lead index) large enough for the split kernels: 16-bit, at
+// least 64 rows and 64 vectors of 8 columns (up to rows and vecs more),
+// sources on ranks 0-1 and destinations on 2-3 of tp, by a random route
+// with chunks of chunk bytes.
+func splitSchedule(t *testing.T, rng *rand.Rand, tp *topo.Topology, rows, vecs, chunk int64) *ir.Schedule {
+	t.Helper()
+	for {
+		nd := 2 + rng.IntN(2)
+		shape := make([]int64, nd)
+		for d := range shape {
+			shape[d] = 1 + rng.Int64N(3)
+		}
+		shape[nd-2], shape[nd-1] = 64+rng.Int64N(rows), 8*(64+rng.Int64N(vecs))
+		src := schedtest.Layout(rng, shape, []int{0, 1})
+		dst := schedtest.Layout(rng, shape, []int{2, 3})
+		src.DType = []layout.DType{layout.BF16, layout.FP16}[rng.IntN(2)]
+		dst.DType = layout.FP8E4M3
+		q := layout.Quant{Scheme: layout.QuantTensor}
+		if src.Mesh.Validate() != nil || dst.Mesh.Validate() != nil || layout.CheckBlocks(dst, q) != nil {
+			continue
+		}
+		route := plan.Routes[rng.IntN(len(plan.Routes))]
+		s, err := plan.Build([]ir.Tensor{{Name: "w.weight", Src: src, Dst: dst, Quant: q}}, tp, plan.Options{Route: route, ChunkBytes: chunk})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+}
+
 // The split quantize kernels in the executor (per tensor and per expert
 // scales of 16-bit sources large enough): their work memory planned and
 // zero at every launch (the fake checks it), never in a batch, every byte
@@ -135,40 +179,9 @@ func TestExecutorSplitQuantizeOnFake(t *testing.T) {
 	tp, _ := topo.Preset("hgx-h200")
 	tp.GPUsPerDomain, tp.Domains = 2, 2
 	split := 0
-	for i := 0; i < 12; {
-		nd := 2 + rng.IntN(2)
-		shape := make([]int64, nd)
-		for d := range shape {
-			shape[d] = 1 + rng.Int64N(3)
-		}
-		shape[nd-2], shape[nd-1] = 64+rng.Int64N(64), 8*(64+rng.Int64N(32))
-		src := schedtest.Layout(rng, shape, []int{0, 1})
-		dst := schedtest.Layout(rng, shape, []int{2, 3})
-		src.DType = []layout.DType{layout.BF16, layout.FP16}[rng.IntN(2)]
-		dst.DType = layout.FP8E4M3
-		q := layout.Quant{Scheme: layout.QuantTensor}
-		if src.Mesh.Validate() != nil || dst.Mesh.Validate() != nil || layout.CheckBlocks(dst, q) != nil {
-			continue
-		}
-		i++
-		route := plan.Routes[rng.IntN(len(plan.Routes))]
-		s, err := plan.Build([]ir.Tensor{{Name: "w.weight", Src: src, Dst: dst, Quant: q}}, tp, plan.Options{Route: route, ChunkBytes: 1 << 12})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, opt := range []Options{
-			{Backend: Loopback, Settings: program.Settings{Transport: TransportCopy, Lanes: 1 + rng.IntN(4)}, Iters: 2},
-			{Backend: NCCL, Settings: program.Settings{Lanes: 1 + rng.IntN(4)}, Iters: 2},
-		} {
-			devices := 1
-			if opt.Backend == NCCL {
-				devices = len(s.World)
-			}
-			g := newFake(devices, uint64(i))
-			res := runOn(t, g, s, opt)
-			if !res.Verified {
-				t.Fatalf("case %d %s (%s): %d wrong elements; first %s", i, opt.Backend, s.Route, res.WrongElems, res.FirstWrong)
-			}
+	for i := range 12 {
+		s := splitSchedule(t, rng, tp, 64, 32, 1<<12)
+		for _, g := range runVerifiedOnFake(t, rng, s, i, 2) {
 			split += g.quantKernels["quantize_e4m3_split_bf16"] + g.quantKernels["quantize_e4m3_split_fp16"]
 		}
 	}

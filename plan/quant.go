@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/m2n-project/m2n/ir"
@@ -133,7 +134,7 @@ func expand(tensors []ir.Tensor, rt route) (sched, moved []ir.Tensor, site []qua
 		if err != nil {
 			return nil, nil, nil, nil, fmt.Errorf("tensor %s: destination %v quantized to fp8_e4m3 (%v scales): %w", t.Name, t.Dst, t.Quant, err)
 		}
-		cut := !sameShards(land, t.Dst) // the destination lands whole blocks and keeps its part
+		cut := !slices.Equal(land.Placements, t.Dst.Placements) // the destination lands whole blocks and keeps its part
 		w := len(sched)
 		sc := ir.Tensor{Name: ScaleName(t.Name, t.Quant), ScaleOf: w + 1, Dst: dsl,
 			Src: layout.Layout{Shape: dsl.Shape, DType: layout.FP32, Mesh: t.Src.Mesh, Placements: t.Src.Placements}}
@@ -173,19 +174,6 @@ func expand(tensors []ir.Tensor, rt route) (sched, moved []ir.Tensor, site []qua
 		moved, site = append(moved, mt, sc), append(site, quantAtDest, scaleAtDest)
 	}
 	return sched, moved, site, entries, nil
-}
-
-// sameShards reports whether two layouts of one tensor place it alike.
-func sameShards(a, b layout.Layout) bool {
-	if len(a.Placements) != len(b.Placements) {
-		return false
-	}
-	for i := range a.Placements {
-		if a.Placements[i] != b.Placements[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // bufDType is the Buffer.DType of a placed buffer of tensor ti in dtype
@@ -323,8 +311,8 @@ func (b *builder) quantizeAtDest(ti int) []quantOut {
 	for _, l := range b.landings {
 		box := b.s.Buffers[l.buf].Box
 		sout := b.placedAs(ir.Output, ti+1, l.rank, t.Quant.ScaleBox(t.Src.Shape, box), layout.FP32)
-		keep, ok := shardOf(t.Dst, l.rank)
-		if !ok || keep.Equal(box) {
+		pos := slices.Index(t.Dst.Mesh.Ranks, l.rank)
+		if pos < 0 || t.Dst.LocalBox(pos).Equal(box) {
 			out := b.placedAs(ir.Output, ti, l.rank, box, t.Dst.DType)
 			op := b.quantize(l.rank, l.buf, out, sout, b.writers[l.buf])
 			delete(b.writers, l.buf)
@@ -336,6 +324,7 @@ func (b *builder) quantizeAtDest(ti int) []quantOut {
 		stage := b.placedAs(ir.Staging, ti, l.rank, box, t.Dst.DType)
 		op := b.quantize(l.rank, l.buf, stage, sout, b.writers[l.buf])
 		delete(b.writers, l.buf)
+		keep := t.Dst.LocalBox(pos)
 		if keep.Elems() == 0 {
 			continue // the rank holds the scales only
 		}
@@ -347,17 +336,6 @@ func (b *builder) quantizeAtDest(ti int) []quantOut {
 	}
 	b.landings = b.landings[:0]
 	return outs
-}
-
-// shardOf is rank's box of layout l (false when the rank is not in its
-// mesh).
-func shardOf(l layout.Layout, rank int) (layout.Box, bool) {
-	for i, r := range l.Mesh.Ranks {
-		if r == rank {
-			return l.LocalBox(i), true
-		}
-	}
-	return layout.Box{}, false
 }
 
 // quantOut is a destination rank's quantize: its fp8 and scale outputs.

@@ -119,18 +119,26 @@ func TestExecutorOnlyWhenMeasured(t *testing.T) {
 	}
 }
 
+// programCase is a random tensor from 4 ranks to 2 x 2 others (a random
+// dim split on each side) on three domains of 4 H200s, every executor cost
+// set, the same in both launch modes.
+func programCase(rng *rand.Rand) (src, dst layout.Layout, tp *topo.Topology) {
+	shape := []int64{int64(4 + rng.IntN(32)), int64(16 + rng.IntN(128))}
+	src = layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{4}, Ranks: layout.RankRange(0, 4)}, Placements: []layout.Placement{layout.S(rng.IntN(2))}}
+	dst = layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{2, 2}, Ranks: layout.RankRange(2+rng.IntN(4), 4)}, Placements: []layout.Placement{layout.R, layout.S(rng.IntN(2))}}
+	tp = h200(topo.ExecCosts{HostGroup: 9 * units.Microsecond, HostXfer: units.Microsecond, HostLaunch: 3 * units.Microsecond, XferLatency: 5 * units.Microsecond, GroupLatency: 4 * units.Microsecond, PairRate: units.GBps(300)})
+	tp.Executor.Costs[topo.PerGPU] = tp.Executor.Costs[topo.OneProcess]
+	tp.GPUsPerDomain, tp.Domains = 4, 3
+	return src, dst, tp
+}
+
 // The executor model of random schedules, every route and mode, runs to
 // the end and moves exactly the schedule's bytes on each path class.
 func TestProgramModelConserves(t *testing.T) {
 	rng := rand.New(rand.NewPCG(31, 32))
 	for i := range 40 {
-		shape := []int64{int64(4 + rng.IntN(32)), int64(16 + rng.IntN(128))}
-		src := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{4}, Ranks: layout.RankRange(0, 4)}, Placements: []layout.Placement{layout.S(rng.IntN(2))}}
-		dst := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{2, 2}, Ranks: layout.RankRange(2+rng.IntN(4), 4)}, Placements: []layout.Placement{layout.R, layout.S(rng.IntN(2))}}
-		tp := h200(topo.ExecCosts{HostGroup: 9 * units.Microsecond, HostXfer: units.Microsecond, HostLaunch: 3 * units.Microsecond, XferLatency: 5 * units.Microsecond, GroupLatency: 4 * units.Microsecond, PairRate: units.GBps(300)})
-		tp.Executor.Costs[topo.PerGPU] = tp.Executor.Costs[topo.OneProcess]
+		src, dst, tp := programCase(rng)
 		tp.Executor.PackShort, tp.Executor.PackStage = 0.7, 0.6
-		tp.GPUsPerDomain, tp.Domains = 4, 3
 		for _, route := range plan.Routes {
 			s, err := plan.Build([]ir.Tensor{{Name: "t", Src: src, Dst: dst}}, tp, plan.Options{Route: route, ChunkBytes: int64(64 + rng.IntN(512))})
 			if err != nil {
@@ -218,12 +226,7 @@ func TestGroupEnds(t *testing.T) {
 func TestStreamEnds(t *testing.T) {
 	rng := rand.New(rand.NewPCG(41, 42))
 	for i := range 12 {
-		shape := []int64{int64(4 + rng.IntN(32)), int64(16 + rng.IntN(128))}
-		src := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{4}, Ranks: layout.RankRange(0, 4)}, Placements: []layout.Placement{layout.S(rng.IntN(2))}}
-		dst := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{2, 2}, Ranks: layout.RankRange(2+rng.IntN(4), 4)}, Placements: []layout.Placement{layout.R, layout.S(rng.IntN(2))}}
-		tp := h200(topo.ExecCosts{HostGroup: 9 * units.Microsecond, HostXfer: units.Microsecond, HostLaunch: 3 * units.Microsecond, XferLatency: 5 * units.Microsecond, GroupLatency: 4 * units.Microsecond, PairRate: units.GBps(300)})
-		tp.Executor.Costs[topo.PerGPU] = tp.Executor.Costs[topo.OneProcess]
-		tp.GPUsPerDomain, tp.Domains = 4, 3
+		src, dst, tp := programCase(rng)
 		for _, route := range plan.Routes {
 			s, err := plan.Build([]ir.Tensor{{Name: "t", Src: src, Dst: dst}}, tp, plan.Options{Route: route, ChunkBytes: int64(64 + rng.IntN(512))})
 			if err != nil {
