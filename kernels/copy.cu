@@ -1210,8 +1210,15 @@ struct QuantCheckArgs {
     // work: for verify_quant_amax and verify_quant_tiles, a word a
     // quantization block (its amax's bits), zero before the first.
     u64 work;
+    // The fp8 bytes the buffer holds: the global box hstart + [0, hsize),
+    // row-major, inside the box above, which covers its whole blocks (a
+    // row-parallel shard of per-channel or per-tensor scales cuts them:
+    // the box's elements outside it count in the amax only). Equal to the
+    // box when it cuts none; not read for scales.
+    i64 hstart[M2N_MAXD];
+    i64 hsize[M2N_MAXD];
 };
-static_assert(sizeof(QuantCheckArgs) == 240, "QuantCheckArgs is mirrored by package native: change both");
+static_assert(sizeof(QuantCheckArgs) == 368, "QuantCheckArgs is mirrored by package native: change both");
 
 __device__ __forceinline__ float check_value(const QuantCheckArgs& a, const i64* idx) {
     u64 g = 0;
@@ -1220,6 +1227,19 @@ __device__ __forceinline__ float check_value(const QuantCheckArgs& a, const i64*
     int elem = a.sdt == 3 ? 4 : 2;
     v &= ~(1ULL << (8 * elem - 2));
     return a.sdt == 1 ? bf16_to_f((unsigned short)v) : a.sdt == 2 ? f16_to_f((unsigned short)v) : __uint_as_float((unsigned)v);
+}
+
+// check_held reports whether the element at idx (within the box) is one
+// the buffer holds, and its byte's index there in at.
+__device__ __forceinline__ bool check_held(const QuantCheckArgs& a, const i64* idx, i64& at) {
+    i64 o = 0;
+    for (int d = 0; d < a.nd; ++d) {
+        i64 h = a.start[d] + idx[d] - a.hstart[d];
+        if (h < 0 || h >= a.hsize[d]) return false;
+        o = o * a.hsize[d] + h;
+    }
+    at = o;
+    return true;
 }
 
 // verify_quant counts wrong fp8 bytes (or scales) in bad[0] and keeps the
@@ -1262,8 +1282,9 @@ extern "C" __global__ void verify_quant(QuantCheckArgs a, u64* bad) {
         for (i64 e = threadIdx.x; e < nr * nc; e += blockDim.x) {
             idx[nd - 2] = r0 + e / nc;
             idx[nd - 1] = c0 + e % nc;
+            i64 at;
+            if (!check_held(a, idx, at)) continue;
             unsigned char want = to_e4m3(__fdiv_rn(check_value(a, idx), s));
-            i64 at = (l * rows + idx[nd - 2]) * cols + idx[nd - 1];
             if (((const unsigned char*)a.buf)[at] != want) {
                 count++;
                 if ((u64)at < first) first = (u64)at;
@@ -1336,11 +1357,11 @@ extern "C" __global__ void verify_quant_tiles(QuantCheckArgs a, u64* bad) {
             }
             continue;
         }
-        const i64 l = t / nbc / rows;
         for (i64 e = threadIdx.x; e < nc; e += blockDim.x) {
             idx[nd - 1] = c0 + e;
+            i64 at;
+            if (!check_held(a, idx, at)) continue;
             unsigned char want = to_e4m3(__fdiv_rn(check_value(a, idx), s));
-            i64 at = (l * rows + r) * cols + c0 + e;
             if (((const unsigned char*)a.buf)[at] != want) {
                 count++;
                 if ((u64)at < first) first = (u64)at;

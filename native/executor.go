@@ -11,9 +11,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/m2n-project/m2n/hostexec"
 	"github.com/m2n-project/m2n/ir"
-	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/model/units"
 	"github.com/m2n-project/m2n/program"
@@ -182,11 +180,8 @@ type gpu interface {
 	// on a few blocks, leaving most multiprocessors to a concurrent NCCL
 	// kernel (waves mode).
 	batchCopy(a *batchArgs, shared bool, st handle) error
-	// upload copies host bytes to device memory (before any iteration);
-	// download copies device memory to the host (after the device is
-	// idle: the checks).
+	// upload copies host bytes to device memory (before any iteration).
 	upload(dev int, dst uint64, b []byte) error
-	download(dev int, b []byte, src uint64) error
 	fill(a *patternArgs, st handle) error
 	verify(a *patternArgs, st handle) (bad, first int64, err error)
 	// quantize runs a quantize op's kernel; verifyQuant checks an output
@@ -943,14 +938,6 @@ func (x *Executor) check(res *Result) error {
 		var bad, first int64
 		if qa, ok, err := planQuantCheck(x.s, i, x.bufAddr[i]); err != nil {
 			return err
-		} else if ok && t.Quant.On() && cutsBlocks(t, b.Box) {
-			// fp8 bytes of a box that cuts its blocks (a row-parallel
-			// shard of per-channel or per-tensor scales): quantized over
-			// the whole blocks, which the device check does not see;
-			// checked here against the host reference.
-			if bad, first, err = x.checkOnHost(i, d); err != nil {
-				return err
-			}
 		} else if ok { // fp8 bytes or scales, against the quantized pattern
 			if bad, first, err = x.g.verifyQuant(&qa, x.origin[d]); err != nil {
 				return err
@@ -974,35 +961,6 @@ func (x *Executor) check(res *Result) error {
 		}
 	}
 	return nil
-}
-
-// cutsBlocks reports whether a box of quantized tensor t cuts its blocks.
-func cutsBlocks(t *ir.Tensor, box layout.Box) bool {
-	return !t.Quant.WeightBox(t.Src.Shape, t.Quant.ScaleBox(t.Src.Shape, box)).Equal(box)
-}
-
-// checkOnHost compares output buffer i, on device d, with the host
-// reference (hostexec.Expected): its wrong bytes and the first's index.
-func (x *Executor) checkOnHost(i int, d int) (bad, first int64, err error) {
-	b := &x.s.Buffers[i]
-	got := make([]byte, b.Bytes)
-	if b.Bytes == 0 {
-		return 0, 0, nil
-	}
-	if err := x.g.download(d, got, x.bufAddr[i]); err != nil {
-		return 0, 0, fmt.Errorf("checking %s on rank %d: %w", x.s.Tensors[b.Tensor].Name, b.Rank, err)
-	}
-	want := hostexec.Expected(x.s, b.Tensor, b.Box)
-	first = -1
-	for k := range got {
-		if got[k] != want[k] {
-			if first < 0 {
-				first = int64(k)
-			}
-			bad++
-		}
-	}
-	return bad, max(first, 0), nil
 }
 
 func (x *Executor) syncAll() error {

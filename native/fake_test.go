@@ -37,7 +37,7 @@ type fakeGPU struct {
 	waves          int
 	quantKernels   map[string]int // quantize ops run, by kernel (alone or in a batch)
 	failSplit      int            // split quantize launches to fail after their first kernel (leaving work non-zero)
-	downloads      int            // device-to-host copies (the host checks)
+	cutChecks      int            // verifyQuant calls of fp8 bytes that cut their blocks
 	quantChecks    int            // verifyQuant calls
 	corrupt        string         // "fp8" or "scale": flip a bit of what quantize writes
 	batches        int            // box_copy_batch launches
@@ -184,14 +184,6 @@ func (f *fakeGPU) upload(dev int, dst uint64, b []byte) error {
 	copy(f.mem[dst:], b)
 	return nil
 }
-func (f *fakeGPU) download(dev int, b []byte, src uint64) error {
-	if err := f.drain(); err != nil {
-		return err
-	}
-	f.downloads++
-	copy(b, f.mem[src:])
-	return nil
-}
 func (f *fakeGPU) patternWalk(a patternArgs, fn func(i int64, want []byte)) {
 	var tmp [8]byte
 	idx := make([]int64, a.ND)
@@ -315,6 +307,9 @@ func (f *fakeGPU) verifyQuant(a *quantCheckArgs, st handle) (int64, int64, error
 		return 0, 0, err
 	}
 	f.quantChecks++
+	if a.HSize != a.Size {
+		f.cutChecks++
+	}
 	bad, first := emulateQuantCheck(f.mem, *a)
 	return bad, first, nil
 }

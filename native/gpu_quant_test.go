@@ -17,6 +17,7 @@ import (
 	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/model/units"
+	"github.com/m2n-project/m2n/plan"
 	"github.com/m2n-project/m2n/program"
 )
 
@@ -651,6 +652,43 @@ func checkFailsOnFlip(t *testing.T, s *ir.Schedule) {
 		}
 		if err := g.upload(d, at, b); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// Destinations whose shards cut their blocks (per channel and per tensor,
+// split by columns, as vLLM's row-parallel weights) on the GPU: every
+// route in loopback over copies and NCCL, every fp8 byte checked against
+// the pattern quantized over the whole blocks, and a flipped byte and
+// scale found.
+func TestGPUCutBlockSchedules(t *testing.T) {
+	if _, err := Devices(); err != nil {
+		skipWithoutGPU(t, err)
+	}
+	rng := rand.New(rand.NewPCG(71, 72))
+	tp, _ := topo.Preset("hgx-h200")
+	tp.GPUsPerDomain, tp.Domains = 2, 2
+	i := 0
+	for _, scheme := range []layout.QuantScheme{layout.QuantChannel, layout.QuantTensor} {
+		for _, route := range plan.Routes {
+			shape := []int64{128 + rng.Int64N(256), 8 * (64 + rng.Int64N(128))}
+			dt := []layout.DType{layout.BF16, layout.FP16}[rng.IntN(2)]
+			src := layout.Layout{Shape: shape, DType: dt, Mesh: layout.Mesh{Shape: []int{2}, Ranks: []int{0, 1}}, Placements: []layout.Placement{layout.S(1)}}
+			dst := layout.Layout{Shape: shape, DType: layout.FP8E4M3, Mesh: layout.Mesh{Shape: []int{2, 2}, Ranks: []int{0, 1, 2, 3}}, Placements: []layout.Placement{layout.R, layout.S(1)}}
+			s, err := plan.Build([]ir.Tensor{{Name: "o_proj.weight", Src: src, Dst: dst, Quant: layout.Quant{Scheme: scheme}}}, tp, plan.Options{Route: route, ChunkBytes: 1 << 16})
+			if err != nil {
+				t.Fatalf("%v %s: %v", scheme, route, err)
+			}
+			for _, opt := range []Options{
+				{Backend: Loopback, Settings: program.Settings{Transport: TransportCopy, Lanes: 1 + rng.IntN(4), Graph: i%2 == 0}, Iters: 2},
+				{Backend: Loopback, Settings: program.Settings{Transport: TransportNCCL, Lanes: 1 + rng.IntN(4)}, Iters: 2},
+			} {
+				runGPU(t, i, s, opt)
+			}
+			if route == plan.Routes[0] {
+				checkFailsOnFlip(t, s)
+			}
+			i++
 		}
 	}
 }

@@ -90,6 +90,10 @@ type quantCheckArgs struct {
 	BR, BC                  int64
 	Start, Size, GStride    [maxDims]int64
 	Work                    uint64 // verify_quant_amax's and verify_quant_tiles' (a word a block), else 0
+	// HStart, HSize: the global box of the fp8 bytes the buffer holds,
+	// inside Start, Size, which covers their whole blocks (a shard that
+	// cuts its blocks holds part of them); Start, Size when it cuts none.
+	HStart, HSize [maxDims]int64
 }
 
 // sdtCode is the kernels' code of a quantized tensor's source dtype.
@@ -206,6 +210,9 @@ func planQuantCheck(s *ir.Schedule, buf int, addr uint64) (quantCheckArgs, bool,
 	w, box, scales := b.Tensor, b.Box, int32(0)
 	switch {
 	case t.Quant.On():
+		// the whole blocks the box touches: a shard that cuts them
+		// (layout.LandingLayout) was quantized over them whole
+		box = t.Quant.WeightBox(t.Src.Shape, t.Quant.ScaleBox(t.Src.Shape, b.Box))
 	case t.ScaleOf > 0:
 		w, scales = t.ScaleOf-1, 1
 		wt := &s.Tensors[w]
@@ -225,8 +232,13 @@ func planQuantCheck(s *ir.Schedule, buf int, addr uint64) (quantCheckArgs, bool,
 	br, bc := wt.Quant.Blocks(wt.Src.Shape)
 	a = quantCheckArgs{Buf: addr, Tensor: int32(w), SDT: sdt, ND: int32(nd), Scales: scales, BR: br, BC: bc}
 	g := program.RowMajor(wt.Src.Shape)
+	held := b.Box
+	if scales != 0 {
+		held = box
+	}
 	for d := range nd {
 		a.Start[d], a.Size[d], a.GStride[d] = box.Start[d], box.Size[d], g[d]
+		a.HStart[d], a.HSize[d] = held.Start[d], held.Size[d]
 	}
 	return a, true, nil
 }

@@ -92,10 +92,19 @@ func emulateQuantCheck(mem []byte, a quantCheckArgs) (bad, first int64) {
 		}
 		return bad, first
 	}
-	for i, v := range q {
-		if mem[int64(a.Buf)+int64(i)] != v {
-			note(int64(i))
-		}
+	// the bytes the buffer holds (check_held): the held box, within box
+	held := layout.Box{Start: append([]int64(nil), a.HStart[:nd]...), Size: append([]int64(nil), a.HSize[:nd]...)}
+	for d := range nd {
+		held.Start[d] -= box.Start[d]
 	}
+	var at int64
+	held.ForEachRun(box.Size, func(from, k int64) {
+		for i := from; i < from+k; i++ {
+			if mem[int64(a.Buf)+at] != q[i] {
+				note(at)
+			}
+			at++
+		}
+	})
 	return bad, first
 }
