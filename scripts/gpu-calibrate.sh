@@ -12,7 +12,10 @@
 # (docs/calibration.md says how). HELDOUT=0 stops after the calibrations
 # (about 2 minutes on 2 x H200), for a short device window: copy an earlier
 # call's records beside the presets (same executor build) and run
-# scripts/heldout_table.py there.
+# scripts/heldout_table.py there. On a machine with one GPU each
+# calibration measures what one GPU can (copies, packs, quantize kernels,
+# local latency) into the embedded two-GPU preset, keeping its pair
+# constants, and only the loopback runs are held out.
 set -uo pipefail
 OUT=${OUT:-./gpu-out}
 PORT=${PORT:-29811}
@@ -30,7 +33,32 @@ torchrun2() {
 one() { local n=$1; shift; timeout 300 bin/m2n run --backend nccl --iters "$ITERS" --warmup 5 --json --model "$P" "$@" > "$OUT/$n.json"; }
 perproc() { local n=$1; shift; torchrun2 bin/m2n run --backend nccl --iters "$ITERS" --warmup 5 --timeout 1m --json --model "$P" "$@" > "$OUT/$n.json" 2> "$OUT/$n.err"; }
 loop() { local n=$1; shift; timeout 400 bin/m2n run --iters "$ITERS" --warmup 3 --json --model "$P" "$@" > "$OUT/$n.json"; }
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 {
+if [ "$NGPU" -lt 2 ]; then
+	for k in $(seq 1 "$CAL"); do
+		step "calibration $k of $CAL, one GPU: into the embedded preset"
+		time bin/m2n calibrate --into model/scenario/presets/hgx-h200-measured.toml --samples "$OUT/samples-$k-one-gpu.json" --out "$OUT/hgx-h200-measured-$k.toml"
+	done
+	step "held out, one GPU: the paper layer in loopback (scale 0.0625, rho=2)"
+	loop loop-paper-copy --scale 0.0625 --point rho=2 paper-ffn-moe
+	loop loop-paper-nccl --transport nccl --scale 0.0625 --point rho=2 paper-ffn-moe
+	step "held out, one GPU: qwen3-235b-128 in loopback (scale 0.002, staging cap 256 MiB)"
+	ITERS=5 loop loop-qwen3 --scale 0.002 --staging-cap 256MiB --route agbcast,hierarchical,nemo-legacy qwen3-235b-128
+	step "held out, one GPU: FP8 by scale layout, loopback (dense-2gpu-scales; dense-2gpu-tp2-scales)"
+	ITERS=5 loop loop-scales dense-2gpu-scales
+	ITERS=5 loop loop-tp2-scales dense-2gpu-tp2-scales
+	step "held out, one GPU: FP8 on the wire (fp8-2gpu), loopback"
+	loop loop-fp8 fp8-2gpu
+	step "every run"; python3 scripts/gpu_table.py "$OUT"/*.json
+	step "every preset's prediction"; python3 scripts/heldout_table.py "$OUT"
+	step "what one GPU measured, by preset"
+	for k in $(seq 1 "$CAL"); do
+		echo "preset $k: $(grep -h '^memory\|^latency_local\|^pack_\|^quantize\|^batch_shared' "$OUT/hgx-h200-measured-$k.toml" | tr '\n' ' ')"
+		echo "  one process: $(sed -n '/one_process\]/,/per_gpu\]/p' "$OUT/hgx-h200-measured-$k.toml" | grep 'host_launch\|host_event\|batch_shared' | tr '\n' ' ')"
+	done
+	exit 0
+fi
 for k in $(seq 1 "$CAL"); do
 	step "calibration $k of $CAL, one process"
 	time bin/m2n calibrate --samples "$OUT/samples-$k-one-process.json" --out "$OUT/hgx-h200-measured-$k.toml"

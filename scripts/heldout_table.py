@@ -31,6 +31,9 @@ CONFIGS = {
     "loop-qwen3": ["--loopback", "--scale", "0.002", "--staging-cap", "256MiB", "qwen3-235b-128"],
     "loop-fp8": ["--loopback", "fp8-2gpu"],
     "fp8": ["fp8-2gpu"],
+    "scales": ["dense-2gpu-scales"],
+    "loop-scales": ["--loopback", "dense-2gpu-scales"],
+    "loop-tp2-scales": ["--loopback", "dense-2gpu-tp2-scales"],
 }
 
 
