@@ -541,19 +541,26 @@ __device__ __noinline__ void quant_block(const QuantArgs& a, i64 so, i64 dof, i6
 // read mostly hits L2). Each byte is to_e4m3 of the IEEE quotient, as the
 // reference: a reciprocal-multiply fast path that falls back to division
 // near e4m3 midpoints measured slower on an H200 (docs/native.md).
+// quant_lead sets so, dof and sco to the source, destination and scale
+// element offsets of lead index l (row-major over the box's lead dims).
+__device__ __forceinline__ void quant_lead(const QuantArgs& a, i64 l, i64& so, i64& dof, i64& sco) {
+    so = dof = sco = 0;
+    for (int k = a.nlead - 1; k >= 0; --k) {
+        i64 x = l % a.size[k];
+        l /= a.size[k];
+        so += x * a.src_stride[k];
+        dof += x * a.dst_stride[k];
+        sco += x * a.scale_stride[k];
+    }
+}
+
 template <int V>
 __device__ __forceinline__ void quant_generic_at(const QuantArgs& a, i64 b, float* red) {
     const i64 srow = a.src_stride[a.nlead], drow = a.dst_stride[a.nlead];
     i64 j = b % a.nbc, t = b / a.nbc;
     i64 i = t % a.nbr, l = t / a.nbr;
-    i64 so = 0, dof = 0, sco = 0, r = l;
-    for (int k = a.nlead - 1; k >= 0; --k) {
-        i64 x = r % a.size[k];
-        r /= a.size[k];
-        so += x * a.src_stride[k];
-        dof += x * a.dst_stride[k];
-        sco += x * a.scale_stride[k];
-    }
+    i64 so, dof, sco;
+    quant_lead(a, l, so, dof, sco);
     i64 r0 = i * a.br, c0 = j * a.bc;
     so += r0 * srow + c0;
     dof += r0 * drow + c0;
@@ -753,6 +760,22 @@ __device__ __forceinline__ void qload(const QuantArgs& a, const QBlock& q, u32x4
     }
 }
 
+// block_amax16 reduces each thread's packed 16-bit magnitudes m (two a
+// word) to the largest over the thread block of T threads, for every
+// thread; ured holds a word a warp.
+template <int T>
+__device__ __forceinline__ unsigned block_amax16(unsigned m, unsigned* ured) {
+    m = umax(m & 0xffffu, m >> 16);
+    for (int o = 16; o > 0; o >>= 1) m = umax(m, __shfl_xor_sync(0xffffffffu, m, o));
+    __syncthreads(); // the previous block's readers of ured are done
+    if ((threadIdx.x & 31) == 0) ured[threadIdx.x >> 5] = m;
+    __syncthreads();
+    m = ured[0];
+#pragma unroll
+    for (int k = 1; k < T / 32; ++k) m = umax(m, ured[k]);
+    return m;
+}
+
 template <int SDT, int T>
 __device__ __forceinline__ void qprocess(const QuantArgs& a, const QBlock& q, const u32x4* w, unsigned* ured, float* red) {
     constexpr int R = 2048 / T;
@@ -766,15 +789,7 @@ __device__ __forceinline__ void qprocess(const QuantArgs& a, const QBlock& q, co
         mz = umax16x2(mz, w[k].z & 0x7fff7fffu);
         mw = umax16x2(mw, w[k].w & 0x7fff7fffu);
     }
-    unsigned m = umax16x2(umax16x2(mx, my), umax16x2(mz, mw));
-    m = umax(m & 0xffffu, m >> 16);
-    for (int o = 16; o > 0; o >>= 1) m = umax(m, __shfl_xor_sync(0xffffffffu, m, o));
-    __syncthreads(); // the previous block's readers of ured are done
-    if ((threadIdx.x & 31) == 0) ured[threadIdx.x >> 5] = m;
-    __syncthreads();
-    m = ured[0];
-#pragma unroll
-    for (int k = 1; k < T / 32; ++k) m = umax(m, ured[k]);
+    const unsigned m = block_amax16<T>(umax16x2(umax16x2(mx, my), umax16x2(mz, mw)), ured);
     const float amax = h16_to_f<SDT>((unsigned short)m);
     if (m > nan_above || !quant_fast_ok(amax)) {
         quant_block<8>(a, q.so, q.dof, q.sat, q.nr, 16, red);
@@ -904,14 +919,8 @@ __device__ __forceinline__ QTile qtile_at(const QuantArgs& a, i64 t) {
     QTile q;
     i64 j = t % a.nbc, u = t / a.nbc;
     i64 r = u % a.rows, l = u / a.rows;
-    i64 so = 0, dof = 0, sco = 0, rest = l;
-    for (int k = a.nlead - 1; k >= 0; --k) {
-        i64 x = rest % a.size[k];
-        rest /= a.size[k];
-        so += x * a.src_stride[k];
-        dof += x * a.dst_stride[k];
-        sco += x * a.scale_stride[k];
-    }
+    i64 so, dof, sco;
+    quant_lead(a, l, so, dof, sco);
     const i64 c0 = j * a.bc, i = r / a.br;
     q.so = so + r * a.src_stride[a.nlead] + c0;
     q.dof = dof + r * a.dst_stride[a.nlead] + c0;
@@ -1047,39 +1056,13 @@ extern "C" __global__ void __launch_bounds__(256) quantize_e4m3_split_fp16_apply
 // pass is an integer max of the magnitudes (NaN masked: a NaN sends the
 // block to quant_block, the reference's code), four loads in flight a
 // thread; the second pass reads the row again (from L2) and converts with
-// quant_div, proven equal to IEEE division (TestGPUQuantDivision). The
+// quant_div, proven equal to IEEE division (TestGPUQuantDivision). Each
+// block is one of qtile_at's tiles (a row of a block's columns). The
 // generic kernel spent 241 us on a [7168, 8192] bf16 tensor in per-channel
 // scales, mostly in IEEE divisions.
 
-// QRow is where block b (one row of the box, columns c0 .. c0 + 8 nv) of
-// a box lies.
-struct QRow {
-    i64 so, dof, sat;
-    int nv;
-};
-
-__device__ __forceinline__ QRow qrow_at(const QuantArgs& a, i64 b) {
-    QRow q;
-    i64 j = b % a.nbc, t = b / a.nbc;
-    i64 r = t % a.rows, l = t / a.rows; // a block a row: nbr == rows
-    i64 so = 0, dof = 0, sco = 0, rest = l;
-    for (int k = a.nlead - 1; k >= 0; --k) {
-        i64 x = rest % a.size[k];
-        rest /= a.size[k];
-        so += x * a.src_stride[k];
-        dof += x * a.dst_stride[k];
-        sco += x * a.scale_stride[k];
-    }
-    const i64 c0 = j * a.bc;
-    q.so = so + r * a.src_stride[a.nlead] + c0;
-    q.dof = dof + r * a.dst_stride[a.nlead] + c0;
-    q.sat = sco + r * a.scale_stride[a.nlead] + j;
-    q.nv = (int)(imin(a.bc, a.cols - c0) / 8);
-    return q;
-}
-
 template <int SDT>
-__device__ __forceinline__ void quant_row(const QuantArgs& a, const QRow& q, unsigned* ured, float* red) {
+__device__ __forceinline__ void quant_row(const QuantArgs& a, const QTile& q, unsigned* ured, float* red) {
     const unsigned nan_above = SDT == 1 ? 0x7f80u : 0x7c00u;
     const unsigned short* src = (const unsigned short*)a.src + q.so;
     unsigned m = 0;
@@ -1096,14 +1079,7 @@ __device__ __forceinline__ void quant_row(const QuantArgs& a, const QRow& q, uns
         const u32x4 w = ldg16(src + v * 8);
         m = umax16x2(m, umax16x2(umax16x2(w.x & 0x7fff7fffu, w.y & 0x7fff7fffu), umax16x2(w.z & 0x7fff7fffu, w.w & 0x7fff7fffu)));
     }
-    m = umax(m & 0xffffu, m >> 16);
-    for (int o = 16; o > 0; o >>= 1) m = umax(m, __shfl_xor_sync(0xffffffffu, m, o));
-    __syncthreads(); // the previous block's readers of ured are done
-    if ((threadIdx.x & 31) == 0) ured[threadIdx.x >> 5] = m;
-    __syncthreads();
-    m = ured[0];
-#pragma unroll
-    for (int k = 1; k < 8; ++k) m = umax(m, ured[k]);
+    m = block_amax16<256>(m, ured);
     const float amax = h16_to_f<SDT>((unsigned short)m);
     if (m > nan_above || !quant_fast_ok(amax)) {
         quant_block<8>(a, q.so, q.dof, q.sat, 1, q.nv, red);
@@ -1124,7 +1100,7 @@ __device__ void quantize_rows(const QuantArgs& a) {
     __shared__ unsigned ured[8];
     __shared__ float red[33];
     const i64 nblocks = a.lead * a.rows * a.nbc;
-    for (i64 b = blockIdx.x; b < nblocks; b += gridDim.x) quant_row<SDT>(a, qrow_at(a, b), ured, red);
+    for (i64 b = blockIdx.x; b < nblocks; b += gridDim.x) quant_row<SDT>(a, qtile_at(a, b), ured, red); // a block a row: tiles are blocks
 }
 
 template <int SDT>
@@ -1135,7 +1111,7 @@ __device__ void quantize_rows_batch(const QuantBatchArgs& ba) {
     const i64* P = (const i64*)ba.prefix;
     for (i64 b = blockIdx.x; b < ba.blocks; b += gridDim.x) {
         const int j = qjob(P, ba.n, b);
-        quant_row<SDT>(A[j], qrow_at(A[j], b - P[j]), ured, red);
+        quant_row<SDT>(A[j], qtile_at(A[j], b - P[j]), ured, red);
     }
 }
 
