@@ -12,10 +12,13 @@
 # (docs/calibration.md says how). HELDOUT=0 stops after the calibrations
 # (about 2 minutes on 2 x H200), for a short device window: copy an earlier
 # call's records beside the presets (same executor build) and run
-# scripts/heldout_table.py there. On a machine with one GPU each
-# calibration measures what one GPU can (copies, packs, quantize kernels,
-# local latency) into the embedded two-GPU preset, keeping its pair
-# constants, and only the loopback runs are held out.
+# scripts/heldout_table.py there. On a machine with one GPU (NGPU, default
+# the GPUs CUDA_VISIBLE_DEVICES or nvidia-smi lists) each calibration
+# measures what one GPU can (copies, packs, quantize kernels, local
+# latency) into the embedded two-GPU preset
+# (model/scenario/presets/hgx-h200-measured.toml: copy it there too),
+# keeping its pair constants, and only the loopback runs are held out,
+# measured once with preset 1.
 set -uo pipefail
 OUT=${OUT:-./gpu-out}
 PORT=${PORT:-29811}
@@ -33,13 +36,32 @@ torchrun2() {
 one() { local n=$1; shift; timeout 300 bin/m2n run --backend nccl --iters "$ITERS" --warmup 5 --json --model "$P" "$@" > "$OUT/$n.json"; }
 perproc() { local n=$1; shift; torchrun2 bin/m2n run --backend nccl --iters "$ITERS" --warmup 5 --timeout 1m --json --model "$P" "$@" > "$OUT/$n.json" 2> "$OUT/$n.err"; }
 loop() { local n=$1; shift; timeout 400 bin/m2n run --iters "$ITERS" --warmup 3 --json --model "$P" "$@" > "$OUT/$n.json"; }
-NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+if [ -z "${NGPU:-}" ]; then
+	if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+		NGPU=$(echo "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c .)
+	else
+		NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+	fi
+fi
+if [ "$NGPU" -lt 1 ]; then
+	echo "gpu-calibrate.sh: no GPU found (nvidia-smi -L lists none; set NGPU to say how many)" >&2
+	exit 1
+fi
+EMBEDDED=model/scenario/presets/hgx-h200-measured.toml
+if [ "$NGPU" -lt 2 ] && [ ! -f "$EMBEDDED" ]; then
+	echo "gpu-calibrate.sh: one GPU calibrates into $EMBEDDED, which is not here: copy it beside bin/ and scripts/" >&2
+	exit 1
+fi
 {
 if [ "$NGPU" -lt 2 ]; then
 	for k in $(seq 1 "$CAL"); do
 		step "calibration $k of $CAL, one GPU: into the embedded preset"
-		time bin/m2n calibrate --into model/scenario/presets/hgx-h200-measured.toml --samples "$OUT/samples-$k-one-gpu.json" --out "$OUT/hgx-h200-measured-$k.toml"
+		time bin/m2n calibrate --into "$EMBEDDED" --samples "$OUT/samples-$k-one-gpu.json" --out "$OUT/hgx-h200-measured-$k.toml"
 	done
+	if [ "${HELDOUT:-1}" = 0 ]; then
+		step "HELDOUT=0: the calibrations only"
+		exit 0
+	fi
 	step "held out, one GPU: the paper layer in loopback (scale 0.0625, rho=2)"
 	loop loop-paper-copy --scale 0.0625 --point rho=2 paper-ffn-moe
 	loop loop-paper-nccl --transport nccl --scale 0.0625 --point rho=2 paper-ffn-moe
