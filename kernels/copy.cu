@@ -995,6 +995,26 @@ __device__ void quantize_split_amax(const QuantArgs& a) {
     }
 }
 
+// split_store converts one vector of 8 elements by scale s (r its
+// reciprocal): the fast division where fast, IEEE division otherwise, and
+// stores the 8 bytes at dst.
+template <int SDT>
+__device__ __forceinline__ void split_store(const u32x4& w, bool fast, float s, float r, unsigned char* dst) {
+    unsigned o[2];
+    if (fast) {
+        quant_vec<SDT>(w, s, r, o);
+    } else {
+        const unsigned h[4] = {w.x, w.y, w.z, w.w};
+        unsigned p[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+            p[k] = to_e4m3x2(__fdiv_rn(h16_to_f<SDT>((unsigned short)(h[k] >> 16)), s), __fdiv_rn(h16_to_f<SDT>((unsigned short)(h[k] & 0xffffu)), s));
+        o[0] = p[0] | p[1] << 16;
+        o[1] = p[2] | p[3] << 16;
+    }
+    asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(dst), "r"(o[0]), "r"(o[1]) : "memory");
+}
+
 template <int SDT>
 __device__ void quantize_split_apply(const QuantArgs& a) {
     unsigned* work = (unsigned*)a.work;
@@ -1011,22 +1031,17 @@ __device__ void quantize_split_apply(const QuantArgs& a) {
         if (q.first && threadIdx.x == 0) ((float*)a.scale)[q.sat] = s;
         const unsigned short* src = (const unsigned short*)a.src + q.so;
         unsigned char* dst = (unsigned char*)a.dst + q.dof;
-        for (int v = threadIdx.x; v < q.nv; v += 256) {
-            const u32x4 w = ldg16(src + v * 8);
-            unsigned o[2];
-            if (fast) {
-                quant_vec<SDT>(w, s, r, o);
-            } else {
-                const unsigned h[4] = {w.x, w.y, w.z, w.w};
-                unsigned p[4];
+        // Four loads in flight a thread, issued before the first store (a
+        // store's memory clobber keeps later loads behind it).
+        int v = threadIdx.x;
+        for (; v + 3 * 256 < q.nv; v += 4 * 256) {
+            u32x4 w[4];
 #pragma unroll
-                for (int k = 0; k < 4; ++k)
-                    p[k] = to_e4m3x2(__fdiv_rn(h16_to_f<SDT>((unsigned short)(h[k] >> 16)), s), __fdiv_rn(h16_to_f<SDT>((unsigned short)(h[k] & 0xffffu)), s));
-                o[0] = p[0] | p[1] << 16;
-                o[1] = p[2] | p[3] << 16;
-            }
-            asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(dst + v * 8), "r"(o[0]), "r"(o[1]) : "memory");
+            for (int k = 0; k < 4; ++k) w[k] = ldg16(src + (v + k * 256) * 8);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) split_store<SDT>(w[k], fast, s, r, dst + (v + k * 256) * 8);
         }
+        for (; v < q.nv; v += 256) split_store<SDT>(ldg16(src + v * 8), fast, s, r, dst + v * 8);
     }
     // The last thread block to finish zeroes the work for the next launch:
     // every other has read its blocks' words by then.
@@ -1088,7 +1103,20 @@ __device__ __forceinline__ void quant_row(const QuantArgs& a, const QTile& q, un
     const float s = quant_fast_scale(amax), r = quant_recip(s);
     if (threadIdx.x == 0) ((float*)a.scale)[q.sat] = s;
     unsigned char* dst = (unsigned char*)a.dst + q.dof;
-    for (v = threadIdx.x; v < q.nv; v += 256) {
+    // Four loads in flight a thread here too, all issued before the first
+    // store (a store's memory clobber keeps later loads behind it).
+    for (v = threadIdx.x; v + 3 * 256 < q.nv; v += 4 * 256) {
+        u32x4 w[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) w[k] = ldg16(src + (v + k * 256) * 8);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            unsigned o[2];
+            quant_vec<SDT>(w[k], s, r, o);
+            asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(dst + (v + k * 256) * 8), "r"(o[0]), "r"(o[1]) : "memory");
+        }
+    }
+    for (; v < q.nv; v += 256) {
         unsigned o[2];
         quant_vec<SDT>(ldg16(src + v * 8), s, r, o);
         asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(dst + v * 8), "r"(o[0]), "r"(o[1]) : "memory");
