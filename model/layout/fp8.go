@@ -109,14 +109,19 @@ func Scale(amax float32) float32 {
 }
 
 // QuantizeBlock is the reference quantizer of one block: amax = the largest
-// |x| of the block (float32), scale = Scale(amax), and each q[i] =
-// ToE4M3(x[i] / scale) with the division in float32, rounded to nearest
-// even. It returns the scale. Every executor's quantize op must produce
-// exactly these bits.
+// |x| of the block (float32) that is not NaN, scale = Scale(amax), and each
+// q[i] = ToE4M3(x[i] / scale) with the division in float32, rounded to
+// nearest even. It returns the scale. Every executor's quantize op must
+// produce exactly these bits. A NaN element is 0x7F (or 0xFF) and leaves
+// the rest of its block as it would be without it, as the GPU kernels'
+// fmaxf and vLLM's FP8 kernels give (PyTorch's |x|.amax() would make the
+// whole block NaN).
 func QuantizeBlock(x []float32, q []uint8) float32 {
 	var amax float32
 	for _, v := range x {
-		amax = max(amax, float32(math.Abs(float64(v))))
+		if a := float32(math.Abs(float64(v))); a > amax { // false for NaN
+			amax = a
+		}
 	}
 	s := Scale(amax)
 	for i, v := range x {

@@ -164,6 +164,44 @@ func TestQuantizeBlockTable(t *testing.T) {
 	}
 }
 
+// A NaN takes no part in its block's amax: the block quantizes as it
+// would without it, the NaN itself to NaN (0x7F or 0xFF), on random
+// blocks.
+func TestQuantizeBlockNaN(t *testing.T) {
+	rng := rand.New(rand.NewPCG(81, 82))
+	nan := float32(math.NaN())
+	for range 200 {
+		n := 1 + rng.IntN(64)
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64() * math.Pow(10, float64(rng.IntN(9)-4)))
+		}
+		at := rng.IntN(n)
+		with := slices.Clone(x)
+		with[at] = nan
+		if rng.IntN(2) == 0 {
+			with[at] = -nan
+		}
+		want := make([]uint8, n)
+		x[at] = 0
+		ws := QuantizeBlock(x, want)
+		got := make([]uint8, n)
+		gs := QuantizeBlock(with, got)
+		if gs != ws {
+			t.Fatalf("%v: scale %g with the NaN, %g with 0 there", with, gs, ws)
+		}
+		for i := range got {
+			if i == at {
+				if got[i]&0x7f != 0x7f {
+					t.Errorf("%v: the NaN quantized to %#02x", with, got[i])
+				}
+			} else if got[i] != want[i] {
+				t.Errorf("%v: q[%d] = %#02x, want %#02x (as without the NaN)", with, i, got[i], want[i])
+			}
+		}
+	}
+}
+
 func TestDecode(t *testing.T) {
 	if g := BF16ToFloat32(0x3f80); g != 1 {
 		t.Errorf("bf16 0x3f80 = %g, want 1", g)
