@@ -52,36 +52,26 @@ if [ "$NGPU" -lt 2 ] && [ ! -f "$EMBEDDED" ]; then
 	echo "gpu-calibrate.sh: one GPU calibrates into $EMBEDDED, which is not here: copy it beside bin/ and scripts/" >&2
 	exit 1
 fi
-{
-if [ "$NGPU" -lt 2 ]; then
-	for k in $(seq 1 "$CAL"); do
-		step "calibration $k of $CAL, one GPU: into the embedded preset"
-		time bin/m2n calibrate --into "$EMBEDDED" --samples "$OUT/samples-$k-one-gpu.json" --out "$OUT/hgx-h200-measured-$k.toml"
-	done
-	if [ "${HELDOUT:-1}" = 0 ]; then
-		step "HELDOUT=0: the calibrations only"
-		exit 0
-	fi
-	step "held out, one GPU: the paper layer in loopback (scale 0.0625, rho=2)"
+# The loopback runs, held out on any machine (every rank on one GPU).
+loopbacks() {
+	step "held out: the paper layer in loopback (scale 0.0625, rho=2)"
 	loop loop-paper-copy --scale 0.0625 --point rho=2 paper-ffn-moe
 	loop loop-paper-nccl --transport nccl --scale 0.0625 --point rho=2 paper-ffn-moe
-	step "held out, one GPU: qwen3-235b-128 in loopback (scale 0.002, staging cap 256 MiB)"
+	step "held out: qwen3-235b-128 in loopback (scale 0.002, staging cap 256 MiB)"
 	ITERS=5 loop loop-qwen3 --scale 0.002 --staging-cap 256MiB --route agbcast,hierarchical,nemo-legacy qwen3-235b-128
-	step "held out, one GPU: FP8 by scale layout, loopback (dense-2gpu-scales; dense-2gpu-tp2-scales)"
+	step "held out: FP8 by scale layout in loopback (dense-2gpu-scales; dense-2gpu-tp2-scales)"
 	ITERS=5 loop loop-scales dense-2gpu-scales
 	ITERS=5 loop loop-tp2-scales dense-2gpu-tp2-scales
-	step "held out, one GPU: FP8 on the wire (fp8-2gpu), loopback"
+	step "held out: FP8 on the wire (fp8-2gpu) in loopback"
 	loop loop-fp8 fp8-2gpu
-	step "every run"; python3 scripts/gpu_table.py "$OUT"/*.json
-	step "every preset's prediction"; python3 scripts/heldout_table.py "$OUT"
-	step "what one GPU measured, by preset"
-	for k in $(seq 1 "$CAL"); do
-		echo "preset $k: $(grep -h '^memory\|^latency_local\|^pack_\|^quantize\|^batch_shared' "$OUT/hgx-h200-measured-$k.toml" | tr '\n' ' ')"
-		echo "  one process: $(sed -n '/one_process\]/,/per_gpu\]/p' "$OUT/hgx-h200-measured-$k.toml" | grep 'host_launch\|host_event\|batch_shared' | tr '\n' ' ')"
-	done
-	exit 0
-fi
+}
+{
 for k in $(seq 1 "$CAL"); do
+	if [ "$NGPU" -lt 2 ]; then
+		step "calibration $k of $CAL, one GPU: into the embedded preset"
+		time bin/m2n calibrate --into "$EMBEDDED" --samples "$OUT/samples-$k-one-gpu.json" --out "$OUT/hgx-h200-measured-$k.toml"
+		continue
+	fi
 	step "calibration $k of $CAL, one process"
 	time bin/m2n calibrate --samples "$OUT/samples-$k-one-process.json" --out "$OUT/hgx-h200-measured-$k.toml"
 	step "calibration $k of $CAL, one process per GPU (adds per_gpu)"
@@ -92,34 +82,37 @@ if [ "${HELDOUT:-1}" = 0 ]; then
 	step "HELDOUT=0: the calibrations only (python3 scripts/heldout_table.py predicts the records of an earlier call with these presets)"
 	exit 0
 fi
-step "held out: paper-2gpu, two GPUs"
-one paper-1proc-nccl --transport nccl paper-2gpu
-perproc paper-perproc-nccl --transport nccl paper-2gpu
-one paper-1proc-copy --transport copy paper-2gpu
-perproc paper-perproc-copy --transport copy --route flat,hierarchical paper-2gpu
-step "held out: whole models (dense-2gpu, moe-2gpu; BF16 and FP8), both launch modes and transports"
-one dense-1proc-nccl --transport nccl dense-2gpu
-one dense-1proc-copy --transport copy dense-2gpu
-perproc dense-perproc-nccl --transport nccl --route flat,hierarchical,agbcast,nemo-legacy dense-2gpu
-perproc dense-perproc-copy --transport copy --route flat,hierarchical dense-2gpu
-one moe-1proc-nccl --transport nccl --route flat,hierarchical moe-2gpu
-one moe-1proc-legacy --transport nccl --route agbcast,nemo-legacy --staging-cap 8GiB moe-2gpu
-one moe-1proc-copy --transport copy --route flat,hierarchical moe-2gpu
-perproc moe-perproc-nccl --transport nccl --route flat,hierarchical moe-2gpu
-perproc moe-perproc-copy --transport copy --route flat,hierarchical moe-2gpu
-step "held out: the paper layer in loopback (scale 0.0625, rho=2)"
-loop loop-paper-copy --scale 0.0625 --point rho=2 paper-ffn-moe
-loop loop-paper-nccl --transport nccl --scale 0.0625 --point rho=2 paper-ffn-moe
-step "held out: qwen3-235b-128 in loopback (scale 0.002, staging cap 256 MiB)"
-ITERS=5 loop loop-qwen3 --scale 0.002 --staging-cap 256MiB --route agbcast,hierarchical,nemo-legacy qwen3-235b-128
-step "held out: FP8 by scale layout (dense-2gpu-scales: block, per channel, per tensor), two GPUs and loopback"
-one scales-1proc-nccl --transport nccl --route flat,hierarchical dense-2gpu-scales
-one scales-1proc-copy --transport copy --route flat,hierarchical dense-2gpu-scales
-ITERS=5 loop loop-scales dense-2gpu-scales
-step "held out: FP8 on the wire (fp8-2gpu), two GPUs and loopback"
-one fp8-1proc-auto fp8-2gpu
-one fp8-1proc-nccl --transport nccl fp8-2gpu
-loop loop-fp8 fp8-2gpu
+if [ "$NGPU" -ge 2 ]; then
+	step "held out: paper-2gpu, two GPUs"
+	one paper-1proc-nccl --transport nccl paper-2gpu
+	perproc paper-perproc-nccl --transport nccl paper-2gpu
+	one paper-1proc-copy --transport copy paper-2gpu
+	perproc paper-perproc-copy --transport copy --route flat,hierarchical paper-2gpu
+	step "held out: whole models (dense-2gpu, moe-2gpu; BF16 and FP8), both launch modes and transports"
+	one dense-1proc-nccl --transport nccl dense-2gpu
+	one dense-1proc-copy --transport copy dense-2gpu
+	perproc dense-perproc-nccl --transport nccl --route flat,hierarchical,agbcast,nemo-legacy dense-2gpu
+	perproc dense-perproc-copy --transport copy --route flat,hierarchical dense-2gpu
+	one moe-1proc-nccl --transport nccl --route flat,hierarchical moe-2gpu
+	one moe-1proc-legacy --transport nccl --route agbcast,nemo-legacy --staging-cap 8GiB moe-2gpu
+	one moe-1proc-copy --transport copy --route flat,hierarchical moe-2gpu
+	perproc moe-perproc-nccl --transport nccl --route flat,hierarchical moe-2gpu
+	perproc moe-perproc-copy --transport copy --route flat,hierarchical moe-2gpu
+	step "held out: FP8 by scale layout (dense-2gpu-scales: block, per channel, per tensor), two GPUs"
+	one scales-1proc-nccl --transport nccl --route flat,hierarchical dense-2gpu-scales
+	one scales-1proc-copy --transport copy --route flat,hierarchical dense-2gpu-scales
+	step "held out: FP8 on the wire (fp8-2gpu), two GPUs"
+	one fp8-1proc-auto fp8-2gpu
+	one fp8-1proc-nccl --transport nccl fp8-2gpu
+fi
+loopbacks
 step "every run"; python3 scripts/gpu_table.py "$OUT"/*.json
 step "every preset's prediction (also here, without a GPU: python3 scripts/heldout_table.py OUT)"; python3 scripts/heldout_table.py "$OUT"
+if [ "$NGPU" -lt 2 ]; then
+	step "what one GPU measured, by preset"
+	for k in $(seq 1 "$CAL"); do
+		echo "preset $k: $(grep -h '^memory\|^latency_local\|^pack_\|^quantize\|^batch_shared' "$OUT/hgx-h200-measured-$k.toml" | tr '\n' ' ')"
+		echo "  one process: $(sed -n '/one_process\]/,/per_gpu\]/p' "$OUT/hgx-h200-measured-$k.toml" | grep 'host_launch\|host_event' | tr '\n' ' ')"
+	done
+fi
 } 2>&1 | tee "$OUT/gpu-calibrate.log"
