@@ -599,15 +599,23 @@ func TestGPUSplitQuantizeSchedules(t *testing.T) {
 	tp.GPUsPerDomain, tp.Domains = 2, 2
 	for i := range 8 {
 		s := splitSchedule(t, rng, tp, 512, 512, 1<<16)
-		for _, opt := range []Options{
-			{Backend: Loopback, Settings: program.Settings{Transport: TransportCopy, Lanes: 1 + rng.IntN(4), Graph: i%2 == 0}, Iters: 2},
-			{Backend: Loopback, Settings: program.Settings{Transport: TransportNCCL, Lanes: 1 + rng.IntN(4)}, Iters: 2},
-		} {
-			runGPU(t, i, s, opt)
-		}
+		runGPULoopbacks(t, rng, i, s)
 		if i < 2 {
 			checkFailsOnFlip(t, s)
 		}
+	}
+}
+
+// runGPULoopbacks runs case i's schedule s on the GPU in loopback over
+// copies (in a graph for even i) and over NCCL, each at a random count of
+// lanes, twice, every byte checked.
+func runGPULoopbacks(t *testing.T, rng *rand.Rand, i int, s *ir.Schedule) {
+	t.Helper()
+	for _, opt := range []Options{
+		{Backend: Loopback, Settings: program.Settings{Transport: TransportCopy, Lanes: 1 + rng.IntN(4), Graph: i%2 == 0}, Iters: 2},
+		{Backend: Loopback, Settings: program.Settings{Transport: TransportNCCL, Lanes: 1 + rng.IntN(4)}, Iters: 2},
+	} {
+		runGPU(t, i, s, opt)
 	}
 }
 
@@ -673,18 +681,8 @@ func TestGPUCutBlockSchedules(t *testing.T) {
 		for _, route := range plan.Routes {
 			shape := []int64{128 + rng.Int64N(256), 8 * (64 + rng.Int64N(128))}
 			dt := []layout.DType{layout.BF16, layout.FP16}[rng.IntN(2)]
-			src := layout.Layout{Shape: shape, DType: dt, Mesh: layout.Mesh{Shape: []int{2}, Ranks: []int{0, 1}}, Placements: []layout.Placement{layout.S(1)}}
-			dst := layout.Layout{Shape: shape, DType: layout.FP8E4M3, Mesh: layout.Mesh{Shape: []int{2, 2}, Ranks: []int{0, 1, 2, 3}}, Placements: []layout.Placement{layout.R, layout.S(1)}}
-			s, err := plan.Build([]ir.Tensor{{Name: "o_proj.weight", Src: src, Dst: dst, Quant: layout.Quant{Scheme: scheme}}}, tp, plan.Options{Route: route, ChunkBytes: 1 << 16})
-			if err != nil {
-				t.Fatalf("%v %s: %v", scheme, route, err)
-			}
-			for _, opt := range []Options{
-				{Backend: Loopback, Settings: program.Settings{Transport: TransportCopy, Lanes: 1 + rng.IntN(4), Graph: i%2 == 0}, Iters: 2},
-				{Backend: Loopback, Settings: program.Settings{Transport: TransportNCCL, Lanes: 1 + rng.IntN(4)}, Iters: 2},
-			} {
-				runGPU(t, i, s, opt)
-			}
+			s := cutBlockSchedule(t, tp, shape, dt, scheme, route, 1<<16)
+			runGPULoopbacks(t, rng, i, s)
 			if route == plan.Routes[0] {
 				checkFailsOnFlip(t, s)
 			}

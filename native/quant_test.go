@@ -120,14 +120,8 @@ func TestExecutorQuantizeOnFake(t *testing.T) {
 func TestExecutorCutBlocksOnFake(t *testing.T) {
 	tp, _ := topo.Preset("hgx-h200")
 	tp.GPUsPerDomain, tp.Domains = 2, 2
-	shape := []int64{64, 96}
-	src := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{2}, Ranks: []int{0, 1}}, Placements: []layout.Placement{layout.S(1)}}
-	dst := layout.Layout{Shape: shape, DType: layout.FP8E4M3, Mesh: layout.Mesh{Shape: []int{2, 2}, Ranks: []int{0, 1, 2, 3}}, Placements: []layout.Placement{layout.R, layout.S(1)}}
 	for _, route := range plan.Routes {
-		s, err := plan.Build([]ir.Tensor{{Name: "o_proj.weight", Src: src, Dst: dst, Quant: layout.Quant{Scheme: layout.QuantChannel}}}, tp, plan.Options{Route: route, ChunkBytes: 1 << 10})
-		if err != nil {
-			t.Fatalf("%s: %v", route, err)
-		}
+		s := cutBlockSchedule(t, tp, []int64{64, 96}, layout.BF16, layout.QuantChannel, route, 1<<10)
 		for _, corrupt := range []string{"", "fp8"} {
 			g := newFake(4, 9)
 			g.corrupt = corrupt
@@ -137,6 +131,22 @@ func TestExecutorCutBlocksOnFake(t *testing.T) {
 			}
 		}
 	}
+}
+
+// cutBlockSchedule plans, by route with chunks of chunk bytes, one
+// row-parallel weight of that shape and source dtype: split by columns
+// over ranks 0-1, to fp8 in scheme's scales replicated over two pairs
+// (ranks 0-3) and split by columns there, so that per-channel and
+// per-tensor blocks are cut (vLLM's o_proj and down_proj at TP 2).
+func cutBlockSchedule(t *testing.T, tp *topo.Topology, shape []int64, dt layout.DType, scheme layout.QuantScheme, route string, chunk int64) *ir.Schedule {
+	t.Helper()
+	src := layout.Layout{Shape: shape, DType: dt, Mesh: layout.Mesh{Shape: []int{2}, Ranks: []int{0, 1}}, Placements: []layout.Placement{layout.S(1)}}
+	dst := layout.Layout{Shape: shape, DType: layout.FP8E4M3, Mesh: layout.Mesh{Shape: []int{2, 2}, Ranks: []int{0, 1, 2, 3}}, Placements: []layout.Placement{layout.R, layout.S(1)}}
+	s, err := plan.Build([]ir.Tensor{{Name: "o_proj.weight", Src: src, Dst: dst, Quant: layout.Quant{Scheme: scheme}}}, tp, plan.Options{Route: route, ChunkBytes: chunk})
+	if err != nil {
+		t.Fatalf("%v %s: %v", scheme, route, err)
+	}
+	return s
 }
 
 // splitSchedule builds a random schedule of one tensor quantized per
