@@ -1001,8 +1001,6 @@ func (x *Executor) timed() error {
 	return x.g.sync(first)
 }
 
-// iteration issues the program once: every stream starts after the first
-// origin stream's start and the first origin stream ends after them all.
 // workRegion is one split quantize op's work memory.
 type workRegion struct {
 	dev  int
@@ -1020,6 +1018,8 @@ func (x *Executor) zeroWorks() error {
 	return nil
 }
 
+// iteration issues the program once: every stream starts after the first
+// origin stream's start and the first origin stream ends after them all.
 func (x *Executor) iteration() (err error) {
 	if x.workDirty && !x.capturing {
 		// The last iteration stopped on an error: its work may be left
