@@ -30,7 +30,8 @@ type quantCase struct {
 	srcOff, dstOff, sOf uint64
 	// special draws the source otherwise: 1 magnitudes below 2^-100
 	// (bf16) or zeros (fp16); 2 one value in 64 at least 2^127 (bf16) or
-	// the largest finite (fp16).
+	// the largest finite (fp16); 3 one value in 64 a NaN of either sign
+	// (which no block's amax takes, layout.QuantizeBlock).
 	special int
 }
 
@@ -59,8 +60,8 @@ func (c *quantCase) embed(rng *rand.Rand) {
 }
 
 // runQuantCase quantizes on the device and on the host (emulateQuant) from
-// the same random finite source, and returns the kernel and the count of
-// differing bytes.
+// the same random source (finite unless c.special is 3), and returns the
+// kernel and the count of differing bytes.
 func runQuantCase(t *testing.T, g *cudaGPU, dev int, st handle, rng *rand.Rand, c quantCase) (string, int) {
 	t.Helper()
 	elem := c.dt.Size()
@@ -84,6 +85,8 @@ func runQuantCase(t *testing.T, g *cudaGPU, dev int, st handle, rng *rand.Rand, 
 			v &= 0x8000
 		case c.special == 2 && rng.IntN(64) == 0:
 			v = v&0x8000 | map[layout.DType]uint64{layout.BF16: 0x7f00 | v&0x7f, layout.FP16: 0x7bff}[c.dt]
+		case c.special == 3 && rng.IntN(64) == 0:
+			v = v&(1<<(8*elem-1)) | nanBits(c.dt, rng)
 		}
 		var b [8]byte
 		binary.LittleEndian.PutUint64(b[:], v)
@@ -127,7 +130,7 @@ func runQuantCase(t *testing.T, g *cudaGPU, dev int, st handle, rng *rand.Rand, 
 		}
 		for k := int64(0); k < srcBytes; k += elem { // smaller values, the same layout
 			v := binary.LittleEndian.Uint16(host[c.srcOff+uint64(k):])
-			if elem == 2 && v&0x7fff > 0x0100 {
+			if elem == 2 && v&0x7fff > 0x0100 && !isNaN16(c.dt, v) {
 				binary.LittleEndian.PutUint16(host[c.srcOff+uint64(k):], v-0x0100)
 			}
 		}
@@ -142,6 +145,26 @@ func runQuantCase(t *testing.T, g *cudaGPU, dev int, st handle, rng *rand.Rand, 
 	ha, _ := plan(0)
 	emulateQuant(host, ha)
 	return kernel, diffBytes(host, got)
+}
+
+// nanBits is a random NaN's bits in dtype dt (bf16, fp16 or fp32), sign
+// clear.
+func nanBits(dt layout.DType, rng *rand.Rand) uint64 {
+	switch dt {
+	case layout.BF16:
+		return 0x7f81 + uint64(rng.IntN(0x7f))
+	case layout.FP16:
+		return 0x7c01 + uint64(rng.IntN(0x3ff))
+	}
+	return 0x7f800001 + uint64(rng.IntN(0x7fffff))
+}
+
+// isNaN16 says whether v is a NaN of the 16-bit dtype dt.
+func isNaN16(dt layout.DType, v uint16) bool {
+	if dt == layout.BF16 {
+		return v&0x7fff > 0x7f80
+	}
+	return v&0x7fff > 0x7c00
 }
 
 // diffBytes counts the bytes where a and b (of one length) differ.
@@ -164,6 +187,9 @@ func TestGPUQuantizeKernels(t *testing.T) {
 	for i := range 200 {
 		nd := 2 + rng.IntN(2)
 		c := quantCase{dt: []layout.DType{layout.BF16, layout.FP16, layout.FP32}[rng.IntN(3)]}
+		if i%8 == 7 {
+			c.special = 3
+		}
 		c.br, c.bc = []int64{1, 3, 8, 128}[rng.IntN(4)], []int64{1, 5, 8, 16, 128}[rng.IntN(5)]
 		c.srcFull, c.srcStart, c.size = make([]int64, nd), make([]int64, nd), make([]int64, nd)
 		for d := range nd {
@@ -187,14 +213,14 @@ func TestGPUQuantizeKernels(t *testing.T) {
 		kernel, bad := runQuantCase(t, g, dev, st, rng, c)
 		kernels[kernel]++
 		if bad > 0 {
-			t.Errorf("case %d: %s, %v box %v in %v at %v, blocks %dx%d: %d bytes differ from the reference", i, kernel, c.dt, c.size, c.srcFull, c.srcStart, c.br, c.bc, bad)
+			t.Errorf("case %d: %s, %v box %v in %v at %v, blocks %dx%d, special %d: %d bytes differ from the reference", i, kernel, c.dt, c.size, c.srcFull, c.srcStart, c.br, c.bc, c.special, bad)
 		}
 	}
 	// The 128 x 128 kernels: whole-width blocks of 16-bit sources, rows
 	// ending short, strided, lead dims; blocks of tiny or huge magnitudes
 	// take their general path.
 	for i := range 40 {
-		c := quantCase{dt: []layout.DType{layout.BF16, layout.FP16}[i%2], br: 128, bc: 128, special: i / 2 % 3}
+		c := quantCase{dt: []layout.DType{layout.BF16, layout.FP16}[i%2], br: 128, bc: 128, special: i / 2 % 4}
 		nd := c.withLeadDims(rng)
 		c.size[nd-2], c.size[nd-1] = 1+rng.Int64N(300), 128*(1+rng.Int64N(4))
 		c.embed(rng)
@@ -208,7 +234,7 @@ func TestGPUQuantizeKernels(t *testing.T) {
 	// 16-bit sources, rows of every length, strided, lead dims; rows of
 	// tiny or huge magnitudes take the reference's code.
 	for i := range 30 {
-		c := quantCase{dt: []layout.DType{layout.BF16, layout.FP16}[i%2], special: i / 2 % 3, br: 1}
+		c := quantCase{dt: []layout.DType{layout.BF16, layout.FP16}[i%2], special: i / 2 % 4, br: 1}
 		nd := c.withLeadDims(rng)
 		c.size[nd-2], c.size[nd-1] = 1+rng.Int64N(400), 8*(1+rng.Int64N([]int64{8, 300, 4000}[i%3]))
 		c.bc = c.size[nd-1] // per channel
@@ -227,7 +253,7 @@ func TestGPUQuantizeKernels(t *testing.T) {
 	// strided, rows of every length; blocks of tiny or huge magnitudes
 	// take the IEEE division.
 	for i := range 24 {
-		c := quantCase{dt: []layout.DType{layout.BF16, layout.FP16}[i%2], special: i / 2 % 3}
+		c := quantCase{dt: []layout.DType{layout.BF16, layout.FP16}[i%2], special: i / 2 % 4}
 		nd := c.withLeadDims(rng)
 		c.size[nd-2], c.size[nd-1] = 64+rng.Int64N(700), 8*(64+rng.Int64N(400))
 		c.br, c.bc = c.size[nd-2], c.size[nd-1] // per tensor (a scale a lead slice): at least 64 x 512

@@ -112,10 +112,11 @@ func Scale(amax float32) float32 {
 // |x| of the block (float32) that is not NaN, scale = Scale(amax), and each
 // q[i] = ToE4M3(x[i] / scale) with the division in float32, rounded to
 // nearest even. It returns the scale. Every executor's quantize op must
-// produce exactly these bits. A NaN element is 0x7F (or 0xFF) and leaves
-// the rest of its block as it would be without it, as the GPU kernels'
-// fmaxf and vLLM's FP8 kernels give (PyTorch's |x|.amax() would make the
-// whole block NaN).
+// produce exactly these bits. A NaN element is 0x7F whatever its sign (a
+// GPU's division returns the canonical NaN, sign clear: measured on an
+// H200 by TestGPUQuantizeKernels) and leaves the rest of its block as it
+// would be without it, as the GPU kernels' fmaxf and vLLM's FP8 kernels
+// give (PyTorch's |x|.amax() would make the whole block NaN).
 func QuantizeBlock(x []float32, q []uint8) float32 {
 	var amax float32
 	for _, v := range x {
@@ -126,6 +127,9 @@ func QuantizeBlock(x []float32, q []uint8) float32 {
 	s := Scale(amax)
 	for i, v := range x {
 		q[i] = ToE4M3(v / s)
+		if v != v {
+			q[i] = 0x7f
+		}
 	}
 	return s
 }
