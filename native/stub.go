@@ -15,6 +15,7 @@ type DeviceInfo struct {
 	PCIBusID string
 	Arch     string
 	SMs      int
+	L2       int64
 }
 
 // Devices reports ErrNotSupported in builds without cgo.

@@ -277,3 +277,47 @@ func TestStreamEnds(t *testing.T) {
 		}
 	}
 }
+
+// A device op starts LatencyCold later on a source outside the L2: on a
+// GPU whose iteration reads and writes more than its L2, the first of a
+// chain of forwarding copies (each reading what the one before wrote)
+// pays it once; copies that forward nothing each pay it; on a GPU whose
+// bytes fit its L2, none does.
+func TestColdStartExact(t *testing.T) {
+	const w, n = 8, 1 << 20
+	const cold = 700 * units.Nanosecond
+	chain := pingPong(w, n)
+	free := pingPong(w, n) // the same copies, none waiting for another
+	for i := range free.Ops {
+		free.Ops[i].DepOff, free.Ops[i].DepLen = 0, 0
+	}
+	free.DepPool = nil
+	opt := Options{Loopback: true, Exec: Exec{Transport: "copy", Graph: true, Lanes: 1}}
+	run := func(s *ir.Schedule, l2 int64, c units.Time) units.Time {
+		t.Helper()
+		tp := h200(topo.ExecCosts{})
+		tp.Executor.LatencyCold, tp.Executor.L2Bytes = c, l2
+		r, err := Run(s, tp, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Makespan
+	}
+	// The loopback GPU reads and writes 2 x 8 MiB an iteration.
+	for _, c := range []struct {
+		name  string
+		s     *ir.Schedule
+		l2    int64
+		extra units.Time
+	}{
+		{"chain, beyond the L2", chain, 1 << 20, cold},
+		{"chain, within the L2", chain, 16 << 20, 0},
+		{"free copies, beyond the L2", free, 1 << 20, w * cold}, // one lane: one after another
+		{"free copies, within the L2", free, 64 << 20, 0},
+	} {
+		base := run(c.s, c.l2, 0)
+		if got := run(c.s, c.l2, cold) - base; got != c.extra {
+			t.Errorf("%s: cold starts add %v, want %v", c.name, got, c.extra)
+		}
+	}
+}
