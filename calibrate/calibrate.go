@@ -104,9 +104,6 @@ const (
 	copyBytes   = 1 << 30
 	launchOps   = 256
 	launchBytes = 64 << 10
-	// coldOps copies of coldBytes: a GiB, beyond any GPU's L2.
-	coldOps     = 1024
-	coldBytes   = 1 << 20
 	streamBytes = 256 << 20
 	opsCount    = 64
 	opsBytes    = 256 << 10
@@ -229,14 +226,6 @@ func Benches(gpus int) ([]Bench, error) {
 	}
 	if err := add(Bench{Name: "launch", GPUs: 1, Transport: "copy", NoBatch: true,
 		What: "the same, issued op by op: the host's cost of a launch"}, small, launchBytes); err != nil {
-		return nil, err
-	}
-	var cold []ir.Tensor
-	for i := range coldOps {
-		cold = append(cold, tensor(fmt.Sprintf("c%d", i), coldBytes, 0, 1))
-	}
-	if err := add(Bench{Name: "copy-cold", GPUs: 1, Transport: "copy", Graph: true, NoBatch: true,
-		What: "1024 device copies of 1 MiB on one stream, as a CUDA graph, out of 1 GiB: a copy's start on a source outside the L2"}, cold, coldBytes); err != nil {
 		return nil, err
 	}
 	// Dependencies across streams: packs, transfers and unpacks on their

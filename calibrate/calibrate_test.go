@@ -23,8 +23,7 @@ func truth() *topo.Topology {
 	t.Memory = units.GBps(4200)
 	t.LatencyLocal = 2500 * units.Nanosecond
 	t.NVLink, t.NIC, t.NICLine = units.GBps(350), units.GBps(350), units.GBps(450)
-	t.Executor = topo.Executor{PackLong: 0.88, PackShort: 0.8, PackStage: 0.65, Quantize: 0.3, QuantizeGeneric: 0.12, QuantizeRows: 0.21, QuantizeSplit: 0.17, BatchShared: 0.27, CopyShared: 0.26, NCCLBeside: 0.85, NCCLBesideBatch: 0.7,
-		LatencyCold: 700 * units.Nanosecond, L2Bytes: 50 << 20}
+	t.Executor = topo.Executor{PackLong: 0.88, PackShort: 0.8, PackStage: 0.65, Quantize: 0.3, QuantizeGeneric: 0.12, QuantizeRows: 0.21, QuantizeSplit: 0.17, BatchShared: 0.27, CopyShared: 0.26, NCCLBeside: 0.85, NCCLBesideBatch: 0.7}
 	t.Executor.Costs[topo.OneProcess] = topo.ExecCosts{PairRate: units.GBps(365), DuplexRate: units.GBps(610), DuplexStart: 120 * units.Microsecond, DuplexStartSmall: 35 * units.Microsecond, DuplexOpLatency: 12 * units.Microsecond, DuplexOpRate: units.GBps(1800), XferLatency: 6 * units.Microsecond,
 		GroupLatency: 4 * units.Microsecond, HostGroup: 5 * units.Microsecond, HostXfer: 2 * units.Microsecond, HostLaunch: 3 * units.Microsecond, HostEvent: 900 * units.Nanosecond,
 		StartLatency: 20 * units.Microsecond, BoxLatency: 2 * units.Microsecond, Ramp: []topo.RampPoint{{Bytes: 8 << 20}, {Bytes: 32 << 20, Extra: 9 * units.Microsecond}, {Bytes: 64 << 20, Extra: 25 * units.Microsecond}}}
@@ -49,7 +48,7 @@ func measureOn(t *testing.T, tp *topo.Topology, launch topo.Launch, gpus int) In
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := Input{Launch: launch, GPUsPerProcess: gpus, Samples: map[string]Sample{}, Counts: map[string]Counts{}, Boxes: map[program.BoxClass]BoxSample{}, L2Bytes: tp.Executor.L2Bytes}
+	in := Input{Launch: launch, GPUsPerProcess: gpus, Samples: map[string]Sample{}, Counts: map[string]Counts{}, Boxes: map[program.BoxClass]BoxSample{}}
 	if launch == topo.PerGPU {
 		in.GPUsPerProcess = 1
 	}
@@ -139,10 +138,6 @@ func TestFitRecoversTheModel(t *testing.T) {
 		}
 		near("copy_shared", f.CopyShared, tp.Executor.CopyShared, 0.02)
 		near("latency_local", float64(f.LatencyLocal), float64(tp.LatencyLocal), 0.02)
-		near("latency_cold", float64(f.LatencyCold), float64(tp.Executor.LatencyCold), 0.02)
-		if f.L2Bytes != tp.Executor.L2Bytes {
-			t.Errorf("%v: l2 %d bytes, the device reported %d", launch, f.L2Bytes, tp.Executor.L2Bytes)
-		}
 		// Copies between GPUs run at the launch mode's copy rate where it
 		// has one (CUDA IPC per GPU), else at the link's.
 		copyRate := tp.NVLink

@@ -31,11 +31,6 @@ type Fit struct {
 	CopyShared      float64 // 0: not measured (no beside bench)
 	NCCLBeside      float64 // 0: not measured (no beside bench)
 	NCCLBesideBatch float64 // 0: not measured (no beside-batch bench)
-	// LatencyCold and L2Bytes: a device op's start on a source outside
-	// the L2, and the GPU's L2 (0: not measured, no copy-cold bench or no
-	// L2 size).
-	LatencyCold units.Time
-	L2Bytes     int64
 	// Costs are the launch mode's executor costs.
 	Costs topo.ExecCosts
 	// Measurements say where each constant comes from.
@@ -78,12 +73,9 @@ type Input struct {
 	// on the whole GPU's grid and on the grid left beside NCCL (sorted);
 	// none: no batch_shared.
 	BatchWhole, BatchShared []units.Time
-	// L2Bytes is the GPU's L2 cache as the device reports it (0: not
-	// known; no latency_cold then).
-	L2Bytes int64
-	Command string // the command that measured them
-	Date    string // when (UTC, RFC 3339)
-	Machine string // what: GPUs, driver, NCCL
+	Command                 string // the command that measured them
+	Date                    string // when (UTC, RFC 3339)
+	Machine                 string // what: GPUs, driver, NCCL
 }
 
 func median(ts []units.Time) units.Time { return ts[len(ts)/2] }
@@ -143,18 +135,6 @@ func fitting(in Input) (*Fit, error) {
 	}
 	f.LatencyLocal = per(median(lg.Times))
 	note("latency_local", fmtT(f.LatencyLocal), "(median / 256) - 2 x 64 KiB / memory", lg, fmtT(per(lg.Times[0])), fmtT(per(lg.Times[len(lg.Times)-1])))
-	// The same start on a source the L2 does not hold: device copies of
-	// 1 MiB out of 1 GiB, beyond latency_local and their bytes.
-	if cc, ok := in.Samples["copy-cold"]; ok && len(cc.Times) > 0 && in.L2Bytes > 0 {
-		cold := func(t units.Time) units.Time {
-			return max(0, t/coldOps-f.LatencyLocal-units.Time(2*float64(coldBytes)/float64(f.Memory)*1e12))
-		}
-		f.LatencyCold, f.L2Bytes = cold(median(cc.Times)), in.L2Bytes
-		note("executor.latency_cold", fmtT(f.LatencyCold), fmt.Sprintf("(median / %d) - latency_local - 2 x %s / memory", coldOps, sizeName(coldBytes)), cc,
-			fmtT(cold(cc.Times[0])), fmtT(cold(cc.Times[len(cc.Times)-1])))
-		f.Measurements = append(f.Measurements, scenario.MeasurementSpec{Constant: "executor.l2", Value: sizeText(f.L2Bytes), Samples: 1,
-			Fit: "the GPU's L2 cache, as CUDA reports it (CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)", Command: in.Command, Date: in.Date, Machine: in.Machine})
-	}
 	// The host's costs of a launch and of an event: the launches of one
 	// stream, and a schedule whose ops wait across streams (waits; events
 	// in samples from before it), both issued op by op: two equations in

@@ -50,9 +50,6 @@ func Apply(t *topo.Topology, f *Fit) {
 		optional(&x.CopyShared, f.CopyShared, true)
 		optional(&x.NCCLBeside, f.NCCLBeside, true)
 		optional(&x.NCCLBesideBatch, f.NCCLBesideBatch, true)
-		if f.LatencyCold > 0 && x.LatencyCold == 0 {
-			x.LatencyCold, x.L2Bytes = f.LatencyCold, f.L2Bytes
-		}
 		return
 	}
 	t.Memory = f.Memory
@@ -65,9 +62,6 @@ func Apply(t *topo.Topology, f *Fit) {
 	optional(&x.CopyShared, f.CopyShared, false)
 	optional(&x.NCCLBeside, f.NCCLBeside, false)
 	optional(&x.NCCLBesideBatch, f.NCCLBesideBatch, false)
-	if f.L2Bytes > 0 {
-		x.LatencyCold, x.L2Bytes = f.LatencyCold, f.L2Bytes
-	}
 	if f.NVLink > 0 {
 		// Scenarios with one GPU per virtual domain model NVLink between
 		// the two GPUs as their network: both carry the pair's values.
@@ -141,9 +135,6 @@ func constants(t *topo.Topology) []constant {
 		}
 		cs = append(cs, constant{"executor", p.name, fmt.Sprintf("%.3f", p.v), 0})
 	}
-	if x.L2Bytes > 0 { // 0: not measured, not written
-		cs = append(cs, constant{"executor", "latency_cold", fmtT(x.LatencyCold), 0}, constant{"executor", "l2", sizeText(x.L2Bytes), 0})
-	}
 	for l, c := range x.Costs {
 		if c.IsZero() {
 			continue
@@ -204,7 +195,7 @@ func WritePreset(w io.Writer, name, description, base string, t *topo.Topology, 
 		switch {
 		case c.Ramp > 0:
 			rampBytes, rampExtra = append(rampBytes, q(sizeText(c.Ramp))), append(rampExtra, q(c.Value))
-		case c.Section == "executor" && isNumber(c.Value):
+		case c.Section == "executor":
 			fmt.Fprintf(&b, "%s = %s\n", c.Name, c.Value)
 		default:
 			fmt.Fprintf(&b, "%s = %s\n", c.Name, q(c.Value))
@@ -305,13 +296,6 @@ func Provenance(t *topo.Topology, ms []scenario.MeasurementSpec) error {
 		errs = append(errs, errors.New(p.String()))
 	}
 	return errors.Join(errs...)
-}
-
-// isNumber reports whether a constant's value is a bare number (a
-// fraction), which a preset writes unquoted.
-func isNumber(v string) bool {
-	_, err := strconv.ParseFloat(v, 64)
-	return err == nil
 }
 
 // sizeText writes a size as a preset keeps it: "8 MiB".

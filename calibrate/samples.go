@@ -37,7 +37,6 @@ type samplesDoc struct {
 	QuantRows      *quantGenDoc        `json:"quantize_rows,omitempty"`
 	QuantSplit     *quantGenDoc        `json:"quantize_split,omitempty"`
 	QuantizeBytes  int64               `json:"quantize_bytes"`
-	L2Bytes        int64               `json:"l2_bytes,omitempty"` // the GPU's L2 cache (0: not known)
 	Command        string              `json:"command"`
 	Date           string              `json:"date"`
 	Machine        string              `json:"machine"`
@@ -89,7 +88,7 @@ func ps(ts []units.Time) []int64 {
 func WriteSamples(w io.Writer, in Input) error {
 	d := samplesDoc{Version: SamplesVersion, Launch: in.Launch.String(), GPUsPerProcess: in.GPUsPerProcess,
 		Benches: map[string]benchDoc{}, Boxes: map[string]boxDoc{}, QuantizePS: ps(in.Quant), QuantizeBytes: in.QuantBytes,
-		L2Bytes: in.L2Bytes, Command: in.Command, Date: in.Date, Machine: in.Machine}
+		Command: in.Command, Date: in.Date, Machine: in.Machine}
 	quantDoc := func(ts []units.Time, bytes int64) *quantGenDoc {
 		if len(ts) == 0 {
 			return nil
@@ -132,10 +131,7 @@ func ReadSamples(data []byte) (Input, error) {
 		return Input{}, fmt.Errorf("samples: version = %d: this m2n reads version %d", d.Version, SamplesVersion)
 	}
 	in := Input{GPUsPerProcess: d.GPUsPerProcess, Samples: map[string]Sample{}, Counts: map[string]Counts{}, Boxes: map[program.BoxClass]BoxSample{},
-		QuantBytes: d.QuantizeBytes, L2Bytes: d.L2Bytes, Command: d.Command, Date: d.Date, Machine: d.Machine}
-	if d.L2Bytes < 0 {
-		return Input{}, fmt.Errorf("samples: l2_bytes = %d: want the L2's bytes, or 0 where not known", d.L2Bytes)
-	}
+		QuantBytes: d.QuantizeBytes, Command: d.Command, Date: d.Date, Machine: d.Machine}
 	switch d.Launch {
 	case topo.OneProcess.String():
 		in.Launch = topo.OneProcess

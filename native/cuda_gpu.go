@@ -31,7 +31,6 @@ import (
 // CUDA constants.
 const (
 	attrSMCount      = 16 // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
-	attrL2           = 38 // CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE (bytes)
 	attrCCMajor      = 75
 	attrCCMinor      = 76
 	errNotReady      = 600 // CUDA_ERROR_NOT_READY
@@ -95,7 +94,6 @@ type DeviceInfo struct {
 	PCIBusID string
 	Arch     string // sm_XX
 	SMs      int
-	L2       int64 // L2 cache, bytes
 }
 
 // Devices lists the GPUs the CUDA driver sees.
@@ -125,13 +123,12 @@ func Devices() ([]DeviceInfo, error) {
 		if r := C.m2n_cuDeviceGetPCIBusId(&buf[0], C.int(len(buf)), d); r == 0 {
 			info.PCIBusID = C.GoString(&buf[0])
 		}
-		var maj, min, sms, l2 C.int
+		var maj, min, sms C.int
 		C.m2n_cuDeviceGetAttribute(&maj, attrCCMajor, d)
 		C.m2n_cuDeviceGetAttribute(&min, attrCCMinor, d)
 		C.m2n_cuDeviceGetAttribute(&sms, attrSMCount, d)
-		C.m2n_cuDeviceGetAttribute(&l2, attrL2, d)
 		info.Arch = fmt.Sprintf("sm_%d%d", maj, min)
-		info.SMs, info.L2 = int(sms), int64(l2)
+		info.SMs = int(sms)
 		out = append(out, info)
 	}
 	return out, nil

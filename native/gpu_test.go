@@ -53,9 +53,9 @@ func TestGPUDevices(t *testing.T) {
 	}
 	arch := regexp.MustCompile(`^sm_[1-9][0-9]+$`)
 	for i, d := range devs {
-		t.Logf("GPU %d: %s, %s, %s, %s, %d SMs, %s L2", d.Index, d.Name, units.Bytes(d.Memory).Human(), d.PCIBusID, d.Arch, d.SMs, units.Bytes(d.L2).Human())
-		if d.Index != i || d.Name == "" || d.Memory < 1<<30 || d.PCIBusID == "" || !arch.MatchString(d.Arch) || d.SMs <= 0 || d.L2 < 1<<20 {
-			t.Errorf("GPU %d: %+v: want its index, a name, at least 1 GiB, a PCI bus id, an sm_XY arch, SMs and at least 1 MiB of L2", i, d)
+		t.Logf("GPU %d: %s, %s, %s, %s, %d SMs", d.Index, d.Name, units.Bytes(d.Memory).Human(), d.PCIBusID, d.Arch, d.SMs)
+		if d.Index != i || d.Name == "" || d.Memory < 1<<30 || d.PCIBusID == "" || !arch.MatchString(d.Arch) || d.SMs <= 0 {
+			t.Errorf("GPU %d: %+v: want its index, a name, at least 1 GiB, a PCI bus id, an sm_XY arch and SMs", i, d)
 		}
 	}
 }

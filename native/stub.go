@@ -15,7 +15,6 @@ type DeviceInfo struct {
 	PCIBusID string
 	Arch     string
 	SMs      int
-	L2       int64
 }
 
 // Devices reports ErrNotSupported in builds without cgo.

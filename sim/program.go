@@ -178,7 +178,6 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 		m.lanes = append(m.lanes, laneSpec{GPU: p.Streams[stream].Dev, Capacity: units.Bandwidth(x.BatchShared * float64(tp.Memory))})
 		return k
 	}
-	cold := coldStarts(s, x, dev)
 	// Kernels beside NCCL's (waves mode); NCCL slowed by them on GPUs of
 	// their own (not in loopback).
 	waves := po.Mode == program.Waves
@@ -252,7 +251,7 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 			for _, o := range members {
 				op := s.Ops[o]
 				ds := all
-				coef, olw := quantCoef, lw+cold(o)
+				coef, olw := quantCoef, lw
 				if op.Kind == ir.Quantize {
 					// the kernel the executor runs for it, at its own rate
 					k, err := program.QuantKernelOf(s, o)
@@ -384,10 +383,6 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 					sdeps = append(sdeps, l)
 				}
 				lat = -1 // the path class's latency
-				if c := cold(st.Op); c > 0 && sd == rd {
-					// a copy between ranks of one GPU, from a cold source
-					lat = tp.LatencyLocal + c
-				}
 
 			} else {
 				clock[proc(sd)] += units.Time(len(st.Waits))*ev + costs.HostXfer
@@ -549,41 +544,6 @@ func eachWay(s *ir.Schedule, ops []int32) int64 {
 		}
 	}
 	return max(snd, rcv)
-}
-
-// coldStarts returns, per op of s, what it pays to start on a source
-// outside its GPU's L2 (topo.Executor.LatencyCold): on a GPU whose ops
-// read and write more than the L2 in an iteration, an op that does not
-// read what an op it waits for wrote (those bytes are still cached);
-// elsewhere, and without LatencyCold, nothing.
-func coldStarts(s *ir.Schedule, x *topo.Executor, dev func(int32) int) func(int32) units.Time {
-	if x.LatencyCold <= 0 || x.L2Bytes <= 0 {
-		return func(int32) units.Time { return 0 }
-	}
-	touched := map[int]int64{}
-	for i := range s.Ops {
-		op := &s.Ops[i]
-		switch op.Kind {
-		case ir.Send:
-			touched[dev(op.Rank)] += op.Src.Bytes
-		case ir.Recv:
-			touched[dev(op.Rank)] += op.Dst.Bytes
-		default:
-			touched[dev(op.Rank)] += op.Src.Bytes + op.Dst.Bytes
-		}
-	}
-	return func(o int32) units.Time {
-		op := &s.Ops[o]
-		if touched[dev(op.Rank)] <= x.L2Bytes {
-			return 0
-		}
-		for _, d := range s.Deps(o) {
-			if s.Ops[d].Dst.Buf == op.Src.Buf {
-				return 0
-			}
-		}
-		return x.LatencyCold
-	}
 }
 
 // onFewBlocks reports whether the executor copies a local op with its

@@ -124,7 +124,6 @@ Run it once in one process, then under torchrun (one process per GPU) with
 		in.Command = fmt.Sprintf("%s, one process per GPU (%s, %d processes)", in.Command, launch.Launcher, launch.World)
 	}
 	in.Machine = fmt.Sprintf("%d x %s", gpus, devs[min(dev, len(devs)-1)].Name)
-	in.L2Bytes = devs[min(dev, len(devs)-1)].L2
 	if v, err := native.NCCLVersion(); err == nil {
 		in.Machine += fmt.Sprintf(", NCCL %d.%d.%d", v/10000, v/100%100, v%100)
 	}

@@ -66,8 +66,6 @@ type ExecutorSpec struct {
 	CopyShared  *float64       `toml:"copy_shared"`
 	NCCLBeside  *float64       `toml:"nccl_beside"`
 	BesideBatch *float64       `toml:"nccl_beside_batch"`
-	LatencyCold *units.Time    `toml:"latency_cold"`
-	L2          *Size          `toml:"l2"`
 	OneProcess  *ExecCostsSpec `toml:"one_process"`
 	PerGPU      *ExecCostsSpec `toml:"per_gpu"`
 }

@@ -681,10 +681,6 @@ func applyTopology(t *topo.Topology, ts TopologySpec) error {
 		setF(&x.CopyShared, e.CopyShared)
 		setF(&x.NCCLBeside, e.NCCLBeside)
 		setF(&x.NCCLBesideBatch, e.BesideBatch)
-		setT(&x.LatencyCold, e.LatencyCold)
-		if e.L2 != nil {
-			x.L2Bytes = int64(*e.L2)
-		}
 		for l, c := range []*ExecCostsSpec{topo.OneProcess: e.OneProcess, topo.PerGPU: e.PerGPU} {
 			if c == nil {
 				continue

@@ -214,9 +214,6 @@ func (t *Topology) Describe() string {
 		if e.CopyShared > 0 || e.NCCLBeside > 0 || e.NCCLBesideBatch > 0 {
 			beside = fmt.Sprintf(", a local copy beside NCCL at %.2f of memory; NCCL at %.2f of its rate beside it, %.2f beside a batch of box copies", e.CopyShared, e.NCCLBeside, e.NCCLBesideBatch)
 		}
-		if e.LatencyCold > 0 {
-			beside += fmt.Sprintf(", an op on a source outside the %s L2 %v later", units.Bytes(e.L2Bytes).Human(), e.LatencyCold)
-		}
 		fmt.Fprintf(&b, "executor: pack/unpack at %.2f/%.2f/%.2f of memory (long/short/staged rows), quantize at %.2f%s, a batch beside NCCL at %.2f of its rate%s\n", e.PackLong, e.PackShort, e.PackStage, e.Quantize, gen, e.BatchShared, beside)
 		for l, c := range e.Costs {
 			fmt.Fprintf(&b, "executor, %s: pair %v, duplex %v (+ start %v), copies %v, send/recv %v (+ ramp %v), group %v, start %v, box kernel %v; host: group %v, send/recv %v, launch %v, event %v\n",
@@ -301,17 +298,6 @@ type Executor struct {
 	// of contiguous copies are not counted (held out, moe-2gpu's left NCCL
 	// at its rate). 0 means 1.
 	NCCLBesideBatch float64
-	// LatencyCold is what an op on one GPU (a kernel, or a device copy
-	// between ranks of one GPU in loopback) pays beyond LatencyLocal when
-	// its source is not in the GPU's L2 cache: the first reads from HBM.
-	// LatencyLocal is measured on sources the L2 holds. A source is cold
-	// where the GPU's ops read and write more than L2Bytes in an iteration
-	// (so the cache does not keep them from one iteration to the next) and
-	// the op does not read what an op it waits for wrote (forwarded bytes,
-	// just written, are still in the cache). 0: not modeled.
-	LatencyCold units.Time
-	// L2Bytes is the GPU's L2 cache (bytes), for LatencyCold; 0: unknown.
-	L2Bytes int64
 	// Costs by launch mode, indexed by Launch.
 	Costs [2]ExecCosts
 }
@@ -380,7 +366,7 @@ func (e *Executor) IsZero() bool {
 			return false
 		}
 	}
-	return e.PackLong == 0 && e.PackShort == 0 && e.PackStage == 0 && e.Quantize == 0 && e.QuantizeGeneric == 0 && e.QuantizeRows == 0 && e.QuantizeSplit == 0 && e.BatchShared == 0 && e.CopyShared == 0 && e.NCCLBeside == 0 && e.NCCLBesideBatch == 0 && e.LatencyCold == 0 && e.L2Bytes == 0
+	return e.PackLong == 0 && e.PackShort == 0 && e.PackStage == 0 && e.Quantize == 0 && e.QuantizeGeneric == 0 && e.QuantizeRows == 0 && e.QuantizeSplit == 0 && e.BatchShared == 0 && e.CopyShared == 0 && e.NCCLBeside == 0 && e.NCCLBesideBatch == 0
 }
 
 // IsZero reports whether no cost of the launch mode is set.
@@ -481,11 +467,6 @@ func (e *Executor) validate() []error {
 		if !(f.v >= 0 && f.v <= 1) {
 			errs = append(errs, fmt.Errorf("%s = %g: must be the share of its rate NCCL keeps, in [0, 1] (0: 1)", f.name, f.v))
 		}
-	}
-	if e.LatencyCold < 0 || e.L2Bytes < 0 {
-		errs = append(errs, fmt.Errorf("executor.latency_cold = %v, executor.l2 = %d bytes: must not be negative", e.LatencyCold, e.L2Bytes))
-	} else if e.LatencyCold > 0 && e.L2Bytes == 0 {
-		errs = append(errs, fmt.Errorf("executor.latency_cold = %v needs executor.l2, the GPU's L2 cache, to tell a cold source from a cached one", e.LatencyCold))
 	}
 	for l, c := range e.Costs {
 		name := "executor." + strings.ReplaceAll(Launch(l).String(), "-", "_") + "."
