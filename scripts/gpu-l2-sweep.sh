@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Device ops on one GPU whose sources the L2 holds or not (docs/calibration.md,
+# "Sources outside the L2"): scenarios generated here (TOML under OUT/sc) of
+# one tensor a copy, run with `m2n run` in loopback (--coalesce none), the
+# embedded preset's model beside. xS-nN: N device copies of S bytes from
+# rank 0 to rank 1 on one lane (the iteration's bytes within the 60 MiB L2
+# of an H200 or far beyond it); -L8: the copies spread over 8 pairs of
+# ranks, a lane each; sS-nN: the same as local copies on rank 0, each its
+# own kernel (M2N_NO_BATCH=1; the model's column assumes batches there).
+# Build here with `make gpu-test`, copy bin/ and scripts/ to the GPU
+# machine and run this there; OUT (default ./gpu-out) gets the JSON; the
+# last lines are one table.
+set -uo pipefail
+OUT=${OUT:-./gpu-out}
+mkdir -p "$OUT/sc"
+python3 - "$OUT/sc" <<'PY'
+import sys
+d = sys.argv[1]
+def gen(name, n, size, pairs=1, local=False):
+    out = [f'name = "{name}"', f'description = "{n} copies of {size} bytes over {pairs} pairs of ranks"',
+           'routes = ["flat"]', '[topology]', 'preset = "hgx-h200"', 'domains = 2']
+    for k in range(n):
+        i = k % pairs
+        a, b = (2 * i, 2 * i) if local else (2 * i, 2 * i + 1)
+        out += ['[[tensors]]', f'name = "t{k}"', f'shape = [{size}]', 'dtype = "uint8"',
+                f'src = {{ shape = [1], ranks = "{a}", placements = ["R"] }}',
+                f'dst = {{ shape = [1], ranks = "{b}", placements = ["R"] }}']
+    open(f"{d}/{name}.toml", "w").write("\n".join(out) + "\n")
+KiB, MiB = 1 << 10, 1 << 20
+gen("x64k-n256", 256, 64 * KiB); gen("x64k-n2048", 2048, 64 * KiB)
+gen("x1m-n16", 16, MiB); gen("x1m-n1024", 1024, MiB)
+gen("x4m-n4", 4, 4 * MiB); gen("x4m-n256", 256, 4 * MiB)
+gen("x4k-n2048-L8", 2048, 4 * KiB, 8); gen("x4k-n16384-L8", 16384, 4 * KiB, 8); gen("x64k-n2048-L8", 2048, 64 * KiB, 8)
+gen("s64k-n256", 256, 64 * KiB, local=True); gen("s64k-n2048", 2048, 64 * KiB, local=True)
+gen("s1m-n16", 16, MiB, local=True); gen("s1m-n1024", 1024, MiB, local=True)
+PY
+for f in "$OUT"/sc/x*.toml; do
+	n=$(basename "$f" .toml); l=1
+	case $n in *L8) l=8 ;; esac
+	timeout 100 bin/m2n run --lanes $l --coalesce none --iters 10 --warmup 3 --json "$f" > "$OUT/$n.json" 2> "$OUT/$n.err" || echo "$n failed"
+done
+for f in "$OUT"/sc/s*.toml; do
+	n=$(basename "$f" .toml)
+	M2N_NO_BATCH=1 timeout 100 bin/m2n run --lanes 1 --coalesce none --iters 10 --warmup 3 --json "$f" > "$OUT/$n.json" 2> "$OUT/$n.err" || echo "$n failed"
+done
+python3 scripts/gpu_table.py "$OUT"/*.json
