@@ -66,6 +66,8 @@ func (e *NCCLError) Error() string {
 type CompileError struct {
 	Arch string
 	Log  string
+	// Code is NVRTC's result (NVRTC_ERROR_INVALID_OPTION: 5).
+	Code int
 }
 
 func (e *CompileError) Error() string {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/m2n-project/m2n/ir"
+	"github.com/m2n-project/m2n/kernels"
 	"github.com/m2n-project/m2n/model/layout"
 	"github.com/m2n-project/m2n/model/topo"
 	"github.com/m2n-project/m2n/model/units"
@@ -66,10 +67,35 @@ func TestGPUCompileError(t *testing.T) {
 	if err := loadNVRTC(); err != nil {
 		skipWithoutGPU(t, err)
 	}
-	_, err = compileSource("extern \"C\" __global__ void k() { this is not C++; }", devs[0].Arch)
+	_, err = compileSource("extern \"C\" __global__ void k() { this is not C++; }", "--gpu-architecture="+devs[0].Arch)
 	var ce *CompileError
 	if !errors.As(err, &ce) || !strings.Contains(ce.Log, "error") {
 		t.Fatalf("got %v, want a compile error with NVRTC's log", err)
+	}
+}
+
+// The kernels' compile by NVRTC, in one thread and split over the host's
+// cores (splitCompile): what a process pays before its first launch
+// (where CUDA's compute cache does not hold the result:
+// CUDA_CACHE_DISABLE=1 times a compile).
+func BenchmarkGPUCompile(b *testing.B) {
+	devs, err := Devices()
+	skipWithoutGPU(b, err)
+	if err := loadNVRTC(); err != nil {
+		skipWithoutGPU(b, err)
+	}
+	opts := []string{"--gpu-architecture=" + devs[0].Arch, "--std=c++17", splitCompile}
+	for _, c := range []struct {
+		name string
+		opts []string
+	}{{"one-thread", opts[:2]}, {"split", opts}} {
+		b.Run(c.name, func(b *testing.B) {
+			for range b.N {
+				if _, err := compileSource(kernels.Source, c.opts...); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

@@ -293,11 +293,10 @@ CUresult m2n_launch(uptr f, unsigned grid, unsigned block, uptr stream, const vo
 }
 
 nvrtcResult m2n_nvrtcVersion(int* a, int* b) { return p_nvrtcVersion(a, b); }
-nvrtcResult m2n_nvrtcCompile(const char* src, const char* arch, uptr* prog) {
+nvrtcResult m2n_nvrtcCompile(const char* src, const char* const* opts, int nopts, uptr* prog) {
 	nvrtcResult r = p_nvrtcCreateProgram((nvrtcProgram*)prog, src, "m2n_kernels.cu", 0, 0, 0);
 	if (r) return r;
-	const char* opts[] = { arch, "--std=c++17" };
-	return p_nvrtcCompileProgram((nvrtcProgram)*prog, 2, opts);
+	return p_nvrtcCompileProgram((nvrtcProgram)*prog, nopts, opts);
 }
 nvrtcResult m2n_nvrtcLogSize(uptr p, size_t* n) { return p_nvrtcGetProgramLogSize((nvrtcProgram)p, n); }
 nvrtcResult m2n_nvrtcLog(uptr p, char* s) { return p_nvrtcGetProgramLog((nvrtcProgram)p, s); }

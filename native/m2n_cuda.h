@@ -62,7 +62,7 @@ const char* m2n_cuErrorName(CUresult r);
 const char* m2n_cuErrorString(CUresult r);
 CUresult m2n_launch(uptr f, unsigned grid, unsigned block, uptr stream, const void* arg, size_t size, ull extra, int nargs);
 nvrtcResult m2n_nvrtcVersion(int* a, int* b);
-nvrtcResult m2n_nvrtcCompile(const char* src, const char* arch, uptr* prog);
+nvrtcResult m2n_nvrtcCompile(const char* src, const char* const* opts, int nopts, uptr* prog);
 nvrtcResult m2n_nvrtcLogSize(uptr p, size_t* n);
 nvrtcResult m2n_nvrtcLog(uptr p, char* s);
 nvrtcResult m2n_nvrtcCubinSize(uptr p, size_t* n);
