@@ -1246,15 +1246,49 @@ __device__ __forceinline__ bool check_held(const QuantCheckArgs& a, const i64* i
     return true;
 }
 
+// vq_geom is a check's box in blocks: its rows and columns (the last two
+// dims), its blocks down and across, and the product of its lead dims.
+__device__ __forceinline__ void vq_geom(const QuantCheckArgs& a, i64& rows, i64& cols, i64& nbr, i64& nbc, i64& lead) {
+    const int nd = a.nd;
+    rows = a.size[nd - 2];
+    cols = a.size[nd - 1];
+    nbr = (rows + a.br - 1) / a.br;
+    nbc = (cols + a.bc - 1) / a.bc;
+    lead = 1;
+    for (int d = 0; d < nd - 2; ++d) lead *= a.size[d];
+}
+
+// vq_bad counts a wrong byte or scale at index at.
+__device__ __forceinline__ void vq_bad(u64 at, u64& count, u64& first) {
+    count++;
+    if (at < first) first = at;
+}
+
+// vq_byte checks the fp8 byte of the element at idx, where the buffer
+// holds it, against the quantizer at scale s.
+__device__ __forceinline__ void vq_byte(const QuantCheckArgs& a, const i64* idx, float s, u64& count, u64& first) {
+    i64 at;
+    if (check_held(a, idx, at) && ((const unsigned char*)a.buf)[at] != to_e4m3(__fdiv_rn(check_value(a, idx), s))) {
+        vq_bad((u64)at, count, first);
+    }
+}
+
+// vq_flush adds a thread's wrong bytes to bad[0] and its smallest wrong
+// index to bad[1].
+__device__ __forceinline__ void vq_flush(u64* bad, u64 count, u64 first) {
+    if (count) {
+        atomicAdd(&bad[0], count);
+        atomicMin(&bad[1], first);
+    }
+}
+
 // verify_quant counts wrong fp8 bytes (or scales) in bad[0] and keeps the
 // smallest wrong index in bad[1]; a thread block per quantization block.
 extern "C" __global__ void verify_quant(QuantCheckArgs a, u64* bad) {
     __shared__ float red[33];
-    int nd = a.nd;
-    i64 rows = a.size[nd - 2], cols = a.size[nd - 1];
-    i64 nbr = (rows + a.br - 1) / a.br, nbc = (cols + a.bc - 1) / a.bc;
-    i64 lead = 1;
-    for (int d = 0; d < nd - 2; ++d) lead *= a.size[d];
+    const int nd = a.nd;
+    i64 rows, cols, nbr, nbc, lead;
+    vq_geom(a, rows, cols, nbr, nbc, lead);
     u64 count = 0, first = ~0ULL;
     for (i64 b = blockIdx.x; b < lead * nbr * nbc; b += gridDim.x) {
         i64 j = b % nbc, t = b / nbc;
@@ -1277,28 +1311,16 @@ extern "C" __global__ void verify_quant(QuantCheckArgs a, u64* bad) {
         float s = quant_scale(amax);
         if (a.scales) {
             i64 at = (l * nbr + i) * nbc + j;
-            if (threadIdx.x == 0 && __float_as_uint(((const float*)a.buf)[at]) != __float_as_uint(s)) {
-                count++;
-                if ((u64)at < first) first = (u64)at;
-            }
+            if (threadIdx.x == 0 && __float_as_uint(((const float*)a.buf)[at]) != __float_as_uint(s)) vq_bad((u64)at, count, first);
             continue;
         }
         for (i64 e = threadIdx.x; e < nr * nc; e += blockDim.x) {
             idx[nd - 2] = r0 + e / nc;
             idx[nd - 1] = c0 + e % nc;
-            i64 at;
-            if (!check_held(a, idx, at)) continue;
-            unsigned char want = to_e4m3(__fdiv_rn(check_value(a, idx), s));
-            if (((const unsigned char*)a.buf)[at] != want) {
-                count++;
-                if ((u64)at < first) first = (u64)at;
-            }
+            vq_byte(a, idx, s, count, first);
         }
     }
-    if (count) {
-        atomicAdd(&bad[0], count);
-        atomicMin(&bad[1], first);
-    }
+    vq_flush(bad, count, first);
 }
 
 // verify_quant_amax and verify_quant_tiles are verify_quant for blocks
@@ -1326,10 +1348,8 @@ __device__ __forceinline__ void vq_tile(const QuantCheckArgs& a, i64 t, i64 nbr,
 extern "C" __global__ void verify_quant_amax(QuantCheckArgs a, u64* bad) {
     __shared__ float red[33];
     const int nd = a.nd;
-    const i64 rows = a.size[nd - 2], cols = a.size[nd - 1];
-    const i64 nbr = (rows + a.br - 1) / a.br, nbc = (cols + a.bc - 1) / a.bc;
-    i64 lead = 1;
-    for (int d = 0; d < nd - 2; ++d) lead *= a.size[d];
+    i64 rows, cols, nbr, nbc, lead;
+    vq_geom(a, rows, cols, nbr, nbc, lead);
     for (i64 t = blockIdx.x; t < lead * rows * nbc; t += gridDim.x) {
         i64 idx[M2N_MAXD], blk, r, c0, nc;
         vq_tile(a, t, nbr, nbc, idx, blk, r, c0, nc);
@@ -1345,37 +1365,23 @@ extern "C" __global__ void verify_quant_amax(QuantCheckArgs a, u64* bad) {
 
 extern "C" __global__ void verify_quant_tiles(QuantCheckArgs a, u64* bad) {
     const int nd = a.nd;
-    const i64 rows = a.size[nd - 2], cols = a.size[nd - 1];
-    const i64 nbr = (rows + a.br - 1) / a.br, nbc = (cols + a.bc - 1) / a.bc;
-    i64 lead = 1;
-    for (int d = 0; d < nd - 2; ++d) lead *= a.size[d];
+    i64 rows, cols, nbr, nbc, lead;
+    vq_geom(a, rows, cols, nbr, nbc, lead);
     u64 count = 0, first = ~0ULL;
     for (i64 t = blockIdx.x; t < lead * rows * nbc; t += gridDim.x) {
         i64 idx[M2N_MAXD], blk, r, c0, nc;
         vq_tile(a, t, nbr, nbc, idx, blk, r, c0, nc);
         const float s = quant_scale(__uint_as_float(((const unsigned*)a.work)[blk]));
         if (a.scales) {
-            if (r % a.br == 0 && threadIdx.x == 0 && __float_as_uint(((const float*)a.buf)[blk]) != __float_as_uint(s)) {
-                count++;
-                if ((u64)blk < first) first = (u64)blk;
-            }
+            if (r % a.br == 0 && threadIdx.x == 0 && __float_as_uint(((const float*)a.buf)[blk]) != __float_as_uint(s)) vq_bad((u64)blk, count, first);
             continue;
         }
         for (i64 e = threadIdx.x; e < nc; e += blockDim.x) {
             idx[nd - 1] = c0 + e;
-            i64 at;
-            if (!check_held(a, idx, at)) continue;
-            unsigned char want = to_e4m3(__fdiv_rn(check_value(a, idx), s));
-            if (((const unsigned char*)a.buf)[at] != want) {
-                count++;
-                if ((u64)at < first) first = (u64)at;
-            }
+            vq_byte(a, idx, s, count, first);
         }
     }
-    if (count) {
-        atomicAdd(&bad[0], count);
-        atomicMin(&bad[1], first);
-    }
+    vq_flush(bad, count, first);
 }
 
 // e4m3_convert writes to_e4m3(x[i] / s[i]) for n values: the bit-equality
