@@ -383,7 +383,9 @@ __device__ __forceinline__ float f16_to_f(unsigned short h) {
 }
 
 // to_e4m3 is layout.ToE4M3: round to nearest even, saturate at +-448, NaN
-// to 0x7f; PyTorch's c10 conversion below 464.
+// to 0x7f with its sign (the quotients the kernels convert are the
+// device's canonical NaN, sign clear: layout.QuantizeBlock); PyTorch's c10
+// conversion below 464.
 __device__ __forceinline__ unsigned char to_e4m3(float f) {
     unsigned b = __float_as_uint(f);
     unsigned char sign = (unsigned char)((b >> 24) & 0x80);
@@ -1273,8 +1275,8 @@ __device__ __forceinline__ void vq_byte(const QuantCheckArgs& a, const i64* idx,
     }
 }
 
-// vq_flush adds a thread's wrong bytes to bad[0] and its smallest wrong
-// index to bad[1].
+// vq_flush adds a thread's wrong bytes or scales to bad[0] and its
+// smallest wrong index to bad[1].
 __device__ __forceinline__ void vq_flush(u64* bad, u64 count, u64 first) {
     if (count) {
         atomicAdd(&bad[0], count);
@@ -1329,9 +1331,8 @@ extern "C" __global__ void verify_quant(QuantCheckArgs a, u64* bad) {
 // first puts each block's amax in work (atomicMax of the bits of a finite
 // non-negative float, which order as its value), the second checks each
 // tile's bytes, or, at a block's first row, its scale.
-__device__ __forceinline__ void vq_tile(const QuantCheckArgs& a, i64 t, i64 nbr, i64 nbc, i64* idx, i64& blk, i64& r, i64& c0, i64& nc) {
+__device__ __forceinline__ void vq_tile(const QuantCheckArgs& a, i64 t, i64 rows, i64 cols, i64 nbr, i64 nbc, i64* idx, i64& blk, i64& r, i64& c0, i64& nc) {
     const int nd = a.nd;
-    const i64 rows = a.size[nd - 2], cols = a.size[nd - 1];
     i64 j = t % nbc, u = t / nbc;
     r = u % rows;
     i64 l = u / rows, rest = l;
@@ -1352,7 +1353,7 @@ extern "C" __global__ void verify_quant_amax(QuantCheckArgs a, u64* bad) {
     vq_geom(a, rows, cols, nbr, nbc, lead);
     for (i64 t = blockIdx.x; t < lead * rows * nbc; t += gridDim.x) {
         i64 idx[M2N_MAXD], blk, r, c0, nc;
-        vq_tile(a, t, nbr, nbc, idx, blk, r, c0, nc);
+        vq_tile(a, t, rows, cols, nbr, nbc, idx, blk, r, c0, nc);
         float amax = 0.0f;
         for (i64 e = threadIdx.x; e < nc; e += blockDim.x) {
             idx[nd - 1] = c0 + e;
@@ -1370,7 +1371,7 @@ extern "C" __global__ void verify_quant_tiles(QuantCheckArgs a, u64* bad) {
     u64 count = 0, first = ~0ULL;
     for (i64 t = blockIdx.x; t < lead * rows * nbc; t += gridDim.x) {
         i64 idx[M2N_MAXD], blk, r, c0, nc;
-        vq_tile(a, t, nbr, nbc, idx, blk, r, c0, nc);
+        vq_tile(a, t, rows, cols, nbr, nbc, idx, blk, r, c0, nc);
         const float s = quant_scale(__uint_as_float(((const unsigned*)a.work)[blk]));
         if (a.scales) {
             if (r % a.br == 0 && threadIdx.x == 0 && __float_as_uint(((const float*)a.buf)[blk]) != __float_as_uint(s)) vq_bad((u64)blk, count, first);

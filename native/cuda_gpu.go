@@ -252,11 +252,10 @@ func compileKernels(arch string) ([]byte, error) {
 	if b, ok := cubins[arch]; ok {
 		return b, nil
 	}
-	opts := []string{"--gpu-architecture=" + arch, "--std=c++17", splitCompile}
-	b, err := compileSource(kernels.Source, opts...)
+	b, err := compileSource(kernels.Source, kernelOptions(arch, true)...)
 	if ce := (*CompileError)(nil); errors.As(err, &ce) && ce.Code == nvrtcInvalidOption {
 		// An NVRTC before split compilation (CUDA 12.1).
-		b, err = compileSource(kernels.Source, opts[:2]...)
+		b, err = compileSource(kernels.Source, kernelOptions(arch, false)...)
 	}
 	if err == nil {
 		cubins[arch] = b
@@ -266,10 +265,20 @@ func compileKernels(arch string) ([]byte, error) {
 
 // splitCompile has NVRTC run its optimization passes on every core
 // (CUDA 12.1 and later; compileKernels retries without it before): the
-// kernels compile in 5.5-6.1 s instead of 10.6-13.4 s on an H200's
+// kernels compile in 5.5-6.1 s instead of 10.6-16.1 s on an H200's
 // 16-core host (BenchmarkGPUCompile). CUDA's compute cache
 // (~/.nv/ComputeCache) keeps the result for later processes.
 const splitCompile = "--split-compile=0"
+
+// kernelOptions are NVRTC's options for the kernels on arch (sm_XX), with
+// split compilation or not.
+func kernelOptions(arch string, split bool) []string {
+	opts := []string{"--gpu-architecture=" + arch, "--std=c++17"}
+	if split {
+		opts = append(opts, splitCompile)
+	}
+	return opts
+}
 
 // compileSource compiles CUDA C++ to a cubin with NVRTC's options opts
 // (the architecture among them: --gpu-architecture=sm_XX).
@@ -281,12 +290,16 @@ func compileSource(source string, opts ...string) ([]byte, error) {
 		copts[i] = C.CString(o)
 		defer C.free(unsafe.Pointer(copts[i]))
 	}
-	arch := strings.TrimPrefix(opts[0], "--gpu-architecture=")
-	// The array of option pointers in C memory: cgo lets C keep no Go
-	// pointer to Go memory holding pointers.
-	arr := (**C.char)(C.malloc(C.size_t(len(copts)) * C.size_t(unsafe.Sizeof(copts[0]))))
-	defer C.free(unsafe.Pointer(arr))
-	copy(unsafe.Slice(arr, len(copts)), copts)
+	arch := "?"
+	for _, o := range opts {
+		if a, ok := strings.CutPrefix(o, "--gpu-architecture="); ok {
+			arch = a
+		}
+	}
+	var arr **C.char // Go memory holding C pointers only: C may read it
+	if len(copts) > 0 {
+		arr = &copts[0]
+	}
 	var prog C.uptr
 	r := C.m2n_nvrtcCompile(src, arr, C.int(len(copts)), &prog)
 	if prog != 0 {

@@ -84,11 +84,10 @@ func BenchmarkGPUCompile(b *testing.B) {
 	if err := loadNVRTC(); err != nil {
 		skipWithoutGPU(b, err)
 	}
-	opts := []string{"--gpu-architecture=" + devs[0].Arch, "--std=c++17", splitCompile}
 	for _, c := range []struct {
 		name string
 		opts []string
-	}{{"one-thread", opts[:2]}, {"split", opts}} {
+	}{{"one-thread", kernelOptions(devs[0].Arch, false)}, {"split", kernelOptions(devs[0].Arch, true)}} {
 		b.Run(c.name, func(b *testing.B) {
 			for range b.N {
 				if _, err := compileSource(kernels.Source, c.opts...); err != nil {

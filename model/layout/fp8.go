@@ -126,9 +126,10 @@ func QuantizeBlock(x []float32, q []uint8) float32 {
 	}
 	s := Scale(amax)
 	for i, v := range x {
-		q[i] = ToE4M3(v / s)
 		if v != v {
 			q[i] = 0x7f
+		} else {
+			q[i] = ToE4M3(v / s)
 		}
 	}
 	return s

@@ -165,7 +165,7 @@ func TestQuantizeBlockTable(t *testing.T) {
 }
 
 // A NaN takes no part in its block's amax: the block quantizes as it
-// would without it, the NaN itself to NaN (0x7F or 0xFF), on random
+// would without it, the NaN itself to 0x7F whatever its sign, on random
 // blocks.
 func TestQuantizeBlockNaN(t *testing.T) {
 	rng := rand.New(rand.NewPCG(81, 82))
