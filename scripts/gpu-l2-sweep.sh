@@ -15,24 +15,18 @@ OUT=${OUT:-./gpu-out}
 mkdir -p "$OUT/sc"
 python3 - "$OUT/sc" <<'PY'
 import sys
+sys.path.insert(0, "scripts")
+from copy_scenarios import gen
 d = sys.argv[1]
-def gen(name, n, size, pairs=1, local=False):
-    out = [f'name = "{name}"', f'description = "{n} copies of {size} bytes over {pairs} pairs of ranks"',
-           'routes = ["flat"]', '[topology]', 'preset = "hgx-h200"', 'domains = 2']
-    for k in range(n):
-        i = k % pairs
-        a, b = (2 * i, 2 * i) if local else (2 * i, 2 * i + 1)
-        out += ['[[tensors]]', f'name = "t{k}"', f'shape = [{size}]', 'dtype = "uint8"',
-                f'src = {{ shape = [1], ranks = "{a}", placements = ["R"] }}',
-                f'dst = {{ shape = [1], ranks = "{b}", placements = ["R"] }}']
-    open(f"{d}/{name}.toml", "w").write("\n".join(out) + "\n")
 KiB, MiB = 1 << 10, 1 << 20
-gen("x64k-n256", 256, 64 * KiB); gen("x64k-n2048", 2048, 64 * KiB)
-gen("x1m-n16", 16, MiB); gen("x1m-n1024", 1024, MiB)
-gen("x4m-n4", 4, 4 * MiB); gen("x4m-n256", 256, 4 * MiB)
-gen("x4k-n2048-L8", 2048, 4 * KiB, 8); gen("x4k-n16384-L8", 16384, 4 * KiB, 8); gen("x64k-n2048-L8", 2048, 64 * KiB, 8)
-gen("s64k-n256", 256, 64 * KiB, local=True); gen("s64k-n2048", 2048, 64 * KiB, local=True)
-gen("s1m-n16", 16, MiB, local=True); gen("s1m-n1024", 1024, MiB, local=True)
+one, local = [(0, 1)], [(0, 0)]
+eight = [(2 * i, 2 * i + 1) for i in range(8)]
+gen(d, "x64k-n256", 256, 64 * KiB, one); gen(d, "x64k-n2048", 2048, 64 * KiB, one)
+gen(d, "x1m-n16", 16, MiB, one); gen(d, "x1m-n1024", 1024, MiB, one)
+gen(d, "x4m-n4", 4, 4 * MiB, one); gen(d, "x4m-n256", 256, 4 * MiB, one)
+gen(d, "x4k-n2048-L8", 2048, 4 * KiB, eight); gen(d, "x4k-n16384-L8", 16384, 4 * KiB, eight); gen(d, "x64k-n2048-L8", 2048, 64 * KiB, eight)
+gen(d, "s64k-n256", 256, 64 * KiB, local); gen(d, "s64k-n2048", 2048, 64 * KiB, local)
+gen(d, "s1m-n16", 16, MiB, local); gen(d, "s1m-n1024", 1024, MiB, local)
 PY
 for f in "$OUT"/sc/x*.toml; do
 	n=$(basename "$f" .toml); l=1

@@ -18,21 +18,14 @@ OUT=${OUT:-./gpu-out}
 mkdir -p "$OUT/sc"
 python3 - "$OUT/sc" <<'PY'
 import sys
+sys.path.insert(0, "scripts")
+from copy_scenarios import gen
 d = sys.argv[1]
-def gen(name, n, size, pairs):
-    out = [f'name = "{name}"', f'description = "{n} copies of {size} bytes"', 'routes = ["flat"]',
-           '[topology]', 'preset = "hgx-h200"', 'domains = 2']
-    for k in range(n):
-        a, b = pairs[k % len(pairs)]
-        out += ['[[tensors]]', f'name = "t{k}"', f'shape = [{size}]', 'dtype = "uint8"',
-                f'src = {{ shape = [1], ranks = "{a}", placements = ["R"] }}',
-                f'dst = {{ shape = [1], ranks = "{b}", placements = ["R"] }}']
-    open(f"{d}/{name}.toml", "w").write("\n".join(out) + "\n")
 for size, tag in ((64 << 10, "64k"), (1 << 20, "1m")):
-    gen(f"chain-{tag}", 256, size, [(0, 0)])
-    gen(f"alt-{tag}", 256, size, [(0, 0), (1, 1)])
-    gen(f"xchain-{tag}", 256, size, [(0, 1)])
-    gen(f"xalt-{tag}", 256, size, [(0, 1), (2, 3)])
+    gen(d, f"chain-{tag}", 256, size, [(0, 0)])
+    gen(d, f"alt-{tag}", 256, size, [(0, 0), (1, 1)])
+    gen(d, f"xchain-{tag}", 256, size, [(0, 1)])
+    gen(d, f"xalt-{tag}", 256, size, [(0, 1), (2, 3)])
 PY
 chain() { # make each op (a send for a transfer) wait for the op before it
 	python3 - "$1" <<'PY'
