@@ -287,7 +287,7 @@ func TimeQuantize(dev int, full, start, size []int64, br, bc int64, reps int) (t
 	}
 	scale := out + uint64((n+255)&^255)
 	a, kernel := planQuantArrays(src+uint64(2*off), out, scale, sst, program.RowMajor(size), program.RowMajor(sb), size, br, bc, 1, 2)
-	if isSplit(kernel) {
+	if program.IsSplitKernel(kernel) {
 		n := splitWorkBytes(a.Lead * a.NBR * a.NBC)
 		w, err := g.alloc(dev, n)
 		if err != nil {

@@ -640,7 +640,7 @@ var quantBlocksShared = envInt("M2N_QUANT_BLOCKS", 0)
 
 func (g *cudaGPU) quantize(a *quantArgs, kernel string, shared bool, st handle) error {
 	args := *a
-	if isSplit(kernel) {
+	if program.IsSplitKernel(kernel) {
 		// Two launches over the box's tiles: the blocks' amax, then the
 		// bytes and scales.
 		if args.Work == 0 {

@@ -1381,7 +1381,7 @@ func (x *Executor) planLocals() error {
 	}
 	var works []workAt
 	for i, k := range x.lpOf {
-		if k < 0 || x.lps[k].kind != lpQuant || !isSplit(x.lps[k].kernel) {
+		if k < 0 || x.lps[k].kind != lpQuant || !program.IsSplitKernel(x.lps[k].kernel) {
 			continue
 		}
 		a := &x.lps[k].quant

@@ -233,7 +233,7 @@ func (f *fakeGPU) verify(a *patternArgs, st handle) (int64, int64, error) {
 }
 func (f *fakeGPU) quantize(a *quantArgs, kernel string, shared bool, st handle) error {
 	args := *a
-	if isSplit(kernel) {
+	if program.IsSplitKernel(kernel) {
 		// The split kernels need their work memory, zero at each launch
 		// (the real ones leave it zero).
 		n := splitWorkBytes(args.Lead * args.NBR * args.NBC)

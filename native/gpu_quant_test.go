@@ -111,7 +111,7 @@ func runQuantCase(t *testing.T, g *cudaGPU, dev int, st handle, rng *rand.Rand, 
 			program.RowMajor(append(append([]int64(nil), c.size[:nd-2]...), sb...)), c.size, c.br, c.bc, sdt, elem)
 	}
 	a, kernel := plan(base)
-	if isSplit(kernel) {
+	if program.IsSplitKernel(kernel) {
 		// Their work memory, zero once: the kernels leave it zero, which
 		// a second run on other values checks (a stale amax would change
 		// its scales).
@@ -266,7 +266,7 @@ func TestGPUQuantizeKernels(t *testing.T) {
 		c.embed(rng)
 		kernel, bad := runQuantCase(t, g, dev, st, rng, c)
 		kernels[kernel]++
-		if !isSplit(kernel) || bad > 0 {
+		if !program.IsSplitKernel(kernel) || bad > 0 {
 			t.Errorf("split case %d: %s, %v box %v in %v at %v, blocks %dx%d, special %d: %d bytes differ from the reference", i, kernel, c.dt, c.size, c.srcFull, c.srcStart, c.br, c.bc, c.special, bad)
 		}
 	}

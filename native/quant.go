@@ -30,10 +30,6 @@ type quantArgs struct {
 // QuantArgs in kernels/copy.cu).
 func splitWorkBytes(nb int64) int64 { return 4 * (2*nb + 1) }
 
-// isSplit reports whether kernel is one of the split kernels, which run as
-// two launches (its _amax, then its _apply) with work memory.
-func isSplit(kernel string) bool { return strings.HasPrefix(kernel, "quantize_e4m3_split_") }
-
 // quantBatchArgs mirrors struct QuantBatchArgs in kernels/copy.cu: the
 // device addresses of a batch's quantArgs and of their blocks' prefix
 // sums, how many ops, and their blocks in all.
@@ -184,7 +180,7 @@ func quantGrid(kernel string, nb int64, sms, most int) (threads int, grid int64)
 		per := (nb + blocks - 1) / blocks
 		return 128, (nb + per - 1) / per
 	}
-	if isSplit(kernel) {
+	if program.IsSplitKernel(kernel) {
 		// nb counts tiles here (a row of a block's columns each): four
 		// thread blocks a multiprocessor, striding over them.
 		grid = max(1, min(nb, int64(4*sms)))

@@ -298,7 +298,7 @@ func TestPlanQuantKernel(t *testing.T) {
 		sb := append(append([]int64(nil), c.size[:nd-2]...), (c.size[nd-2]+c.br-1)/c.br, (c.size[nd-1]+c.bc-1)/c.bc)
 		a, kernel := planQuantArrays(c.src, 1<<20, 1<<30, program.RowMajor(c.size), program.RowMajor(c.size), program.RowMajor(sb), c.size, c.br, c.bc, c.sdt, elem)
 		nb := a.Lead * a.NBR * a.NBC
-		if isSplit(kernel) {
+		if program.IsSplitKernel(kernel) {
 			nb = a.Lead * a.Rows * a.NBC // launched over tiles
 		}
 		threads, grid := quantGrid(kernel, nb, 132, 0)
@@ -388,7 +388,7 @@ func TestQuantKernelOfMatchesExecutor(t *testing.T) {
 				want = program.QuantB128
 			case strings.HasPrefix(kernel, "quantize_e4m3_rows_"):
 				want = program.QuantRows
-			case isSplit(kernel):
+			case program.IsSplitKernel(kernel):
 				want = program.QuantSplit
 			}
 			got, err := program.QuantKernelOf(s, int32(i))

@@ -109,9 +109,14 @@ func QuantKernelName(src, dst uint64, sst, dstS, size []int64, br, bc, elem int6
 	return QuantGeneric, fmt.Sprintf("quantize_e4m3_%d", v)
 }
 
+// IsSplitKernel reports whether a quantize kernel is one of the split
+// kernels (QuantSplit), which run as two launches (its _amax, then its
+// _apply) with work memory.
+func IsSplitKernel(kernel string) bool { return strings.HasPrefix(kernel, "quantize_e4m3_split_") }
+
 // HasBatchForm reports whether a quantize kernel has a batch form (its
 // name with _batch): every one but the split kernels.
-func HasBatchForm(kernel string) bool { return !strings.HasPrefix(kernel, "quantize_e4m3_split_") }
+func HasBatchForm(kernel string) bool { return !IsSplitKernel(kernel) }
 
 // QuantKernelOf returns the kernel the executor runs for quantize op i of s,
 // taking every buffer to start 16-byte aligned: the executor aligns its
