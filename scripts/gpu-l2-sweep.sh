@@ -13,21 +13,7 @@
 set -uo pipefail
 OUT=${OUT:-./gpu-out}
 mkdir -p "$OUT/sc"
-python3 - "$OUT/sc" <<'PY'
-import sys
-sys.path.insert(0, "scripts")
-from copy_scenarios import gen
-d = sys.argv[1]
-KiB, MiB = 1 << 10, 1 << 20
-one, local = [(0, 1)], [(0, 0)]
-eight = [(2 * i, 2 * i + 1) for i in range(8)]
-gen(d, "x64k-n256", 256, 64 * KiB, one); gen(d, "x64k-n2048", 2048, 64 * KiB, one)
-gen(d, "x1m-n16", 16, MiB, one); gen(d, "x1m-n1024", 1024, MiB, one)
-gen(d, "x4m-n4", 4, 4 * MiB, one); gen(d, "x4m-n256", 256, 4 * MiB, one)
-gen(d, "x4k-n2048-L8", 2048, 4 * KiB, eight); gen(d, "x4k-n16384-L8", 16384, 4 * KiB, eight); gen(d, "x64k-n2048-L8", 2048, 64 * KiB, eight)
-gen(d, "s64k-n256", 256, 64 * KiB, local); gen(d, "s64k-n2048", 2048, 64 * KiB, local)
-gen(d, "s1m-n16", 16, MiB, local); gen(d, "s1m-n1024", 1024, MiB, local)
-PY
+python3 scripts/copy_scenarios.py l2 "$OUT/sc" || exit 1
 for f in "$OUT"/sc/x*.toml; do
 	n=$(basename "$f" .toml); l=1
 	case $n in *L8) l=8 ;; esac

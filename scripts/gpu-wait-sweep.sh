@@ -16,17 +16,7 @@
 set -uo pipefail
 OUT=${OUT:-./gpu-out}
 mkdir -p "$OUT/sc"
-python3 - "$OUT/sc" <<'PY'
-import sys
-sys.path.insert(0, "scripts")
-from copy_scenarios import gen
-d = sys.argv[1]
-for size, tag in ((64 << 10, "64k"), (1 << 20, "1m")):
-    gen(d, f"chain-{tag}", 256, size, [(0, 0)])
-    gen(d, f"alt-{tag}", 256, size, [(0, 0), (1, 1)])
-    gen(d, f"xchain-{tag}", 256, size, [(0, 1)])
-    gen(d, f"xalt-{tag}", 256, size, [(0, 1), (2, 3)])
-PY
+python3 scripts/copy_scenarios.py wait "$OUT/sc" || exit 1
 chain() { # make each op (a send for a transfer) wait for the op before it
 	python3 - "$1" <<'PY'
 import json, sys
