@@ -159,10 +159,10 @@ type aggEntry struct {
 // separate array cost a third line.
 type flowState struct {
 	mark   uint32 // the epoch of the solve whose S holds it
-	group  int32  // its group; -1 before its first solve
-	rate   int64  // rate units
-	nrate  int64  // its new rate in this solve
-	capG   int32  // its cap's group, or -1
+	group  int32  // its group; -1 before its first solve (its rate is its group's level: rateOf)
+	_      int64
+	nrate  int64 // its new rate in this solve
+	capG   int32 // its cap's group, or -1
 	n      int8
 	bkt    uint8   // its path slots on resources that keep buckets, a bit each
 	frozen bool    // frozen in this refill
@@ -312,7 +312,7 @@ func (f *fluid) bucketOn(r int32) {
 		if fl.group < 0 {
 			continue
 		}
-		f.bucketAdd(r, fl.rate, fl.coef[k])
+		f.bucketAdd(r, f.rateOf(fl), fl.coef[k])
 		if fl.group == r && slices.Index(fl.res[:fl.n], r) == int(k) {
 			f.gmemAdd(id, r) // once, at its first slot on r
 		}
@@ -333,9 +333,10 @@ func (f *fluid) remove(id int32) {
 	fl := &f.flows[id]
 	f.nactive--
 	if fl.group >= 0 && fl.bkt != 0 {
+		rate := f.rateOf(fl)
 		for k := range int(fl.n) {
 			if fl.bkt&(1<<k) != 0 {
-				f.bucketRemove(fl.res[k], fl.rate, fl.coef[k])
+				f.bucketRemove(fl.res[k], rate, fl.coef[k])
 			}
 		}
 		f.gmemRemove(id, fl.group)
@@ -680,8 +681,9 @@ func (f *fluid) widen(from int, e uint32) {
 			if fl.group != r {
 				continue
 			}
+			rate := f.rateOf(fl)
 			for k := range int(fl.n) {
-				if r2 := fl.res[k]; f.resMark[r2] != e && f.level[r2] != noLevel && fl.rate < f.level[r2] {
+				if r2 := fl.res[k]; f.resMark[r2] != e && f.level[r2] != noLevel && rate < f.level[r2] {
 					f.addRes(r2, e)
 				}
 			}
@@ -890,7 +892,7 @@ func (f *fluid) fillAgg(e uint32) {
 				// Unbounded flows (outside the engine's ranges):
 				// explicit.
 				for _, id := range f.users[r] {
-					if fl := &f.flows[id]; fl.group >= 0 && fl.rate == b.rate && fl.mark != e {
+					if fl := &f.flows[id]; fl.group >= 0 && f.rateOf(fl) == b.rate && fl.mark != e {
 						fl.mark = e
 						X = append(X, id)
 					}
@@ -909,7 +911,11 @@ func (f *fluid) fillAgg(e uint32) {
 		if fl.capG >= 0 {
 			b = f.level[fl.capG]
 		}
-		inBucket := fl.group >= 0 && fl.rate < noLevel-1
+		var rate int64
+		if fl.group >= 0 {
+			rate = f.rateOf(fl)
+		}
+		inBucket := fl.group >= 0 && rate < noLevel-1
 		for k := range int(fl.n) {
 			r := fl.res[k]
 			if f.resMark[r] != e {
@@ -922,9 +928,9 @@ func (f *fluid) fillAgg(e uint32) {
 			f.xl[r] = append(f.xl[r], id)
 			if inBucket {
 				if f.bkt[r].ix == nil {
-					f.takeEntry(ents, r, fl.rate, fl.coef[k])
+					f.takeEntry(ents, r, rate, fl.coef[k])
 				} else {
-					f.takeIndexed(ents, r, fl.rate, fl.coef[k])
+					f.takeIndexed(ents, r, rate, fl.coef[k])
 				}
 			}
 		}
@@ -1032,7 +1038,7 @@ func (f *fluid) takeIndexed(ents []aggEntry, r int32, rate, coef int64) {
 func (f *fluid) expand(ents []aggEntry, j int32, level int64, e uint32, X []int32) []int32 {
 	x := &ents[j]
 	for _, id := range f.users[x.r] {
-		if fl := &f.flows[id]; fl.mark == e || fl.group < 0 || fl.rate != x.rate {
+		if fl := &f.flows[id]; fl.mark == e || fl.group < 0 || f.rateOf(fl) != x.rate {
 			continue // explicit, expanded already, or in another bucket
 		}
 		f.flows[id].mark = e
@@ -1042,9 +1048,9 @@ func (f *fluid) expand(ents []aggEntry, j int32, level int64, e uint32, X []int3
 		for k := range int(fl.n) {
 			if r := fl.res[k]; r != x.r && f.resMark[r] == e {
 				if f.bkt[r].ix == nil {
-					f.takeEntry(ents, r, fl.rate, fl.coef[k])
+					f.takeEntry(ents, r, x.rate, fl.coef[k])
 				} else {
-					f.takeIndexed(ents, r, fl.rate, fl.coef[k])
+					f.takeIndexed(ents, r, x.rate, fl.coef[k])
 				}
 			}
 		}
@@ -1145,7 +1151,7 @@ func (f *fluid) verifyHeld(e uint32) bool {
 	c := f.chk
 	for _, id := range f.X {
 		fl := &f.flows[id]
-		if f.flows[id].nrate == fl.rate && fl.group >= 0 {
+		if fl.group >= 0 && f.flows[id].nrate == f.rateOf(fl) {
 			continue
 		}
 		for k := range int(fl.n) {
@@ -1161,9 +1167,9 @@ func (f *fluid) verifyHeld(e uint32) bool {
 				}
 			}
 			if fl.bkt&(1<<k) != 0 {
-				old := fl.rate
-				if fl.group < 0 {
-					old = -1 // in no bucket yet
+				old := int64(-1) // in no bucket yet
+				if fl.group >= 0 {
+					old = f.rateOf(fl)
 				}
 				f.dl[r] = append(f.dl[r], rateDelta{old, f.flows[id].nrate, fl.coef[k]})
 			}
@@ -1282,10 +1288,7 @@ func (f *fluid) holdsFast(r int32, e uint32) (ok, sure bool) {
 	var wBelow, wAt uint64 // their coefficients
 	var top int64          // the fastest flow below l
 	for i, id := range f.users[r] {
-		x := f.flows[id].rate
-		if f.flows[id].mark == e {
-			x = f.flows[id].nrate
-		}
+		x := f.rateNow(&f.flows[id], e)
 		c := uint64(f.ucoef[r][i])
 		switch {
 		case x < lvl:
@@ -1328,10 +1331,7 @@ func settleHolds(capa u128, lvl int64, below, at u128, wBelow, wAt uint64, top i
 func (f *fluid) holdsSorted(r int32, e uint32) bool {
 	xs := f.sorted[:0]
 	for i, id := range f.users[r] {
-		x := f.flows[id].rate
-		if f.flows[id].mark == e {
-			x = f.flows[id].nrate
-		}
+		x := f.rateNow(&f.flows[id], e)
 		xs = append(xs, rateCoef{x, f.ucoef[r][i]})
 	}
 	f.sorted = xs
@@ -1377,6 +1377,50 @@ func sweepHolds(xs []rateCoef, capa u128, w, lvl int64) bool {
 // new one alone are 7.8M of hierarchical's 16.7M slot moves, 81M of
 // flat's 188M).
 func (f *fluid) commit() {
+	// The slot moves first, while level holds the old levels (a flow's
+	// old rate is its group's level).
+	for _, id := range f.X {
+		fl := &f.flows[id]
+		if fl.bkt == 0 {
+			continue
+		}
+		nr := fl.nrate
+		if fl.group < 0 {
+			for k := range int32(fl.n) {
+				if fl.bkt&(1<<k) != 0 {
+					f.bucketAdd(fl.res[k], nr, fl.coef[k])
+				}
+			}
+			continue
+		}
+		old := f.rateOf(fl)
+		if nr == old {
+			continue
+		}
+		for k := range int32(fl.n) {
+			r := fl.res[k]
+			if fl.bkt&(1<<k) == 0 {
+				continue
+			}
+			p := &f.pend[r]
+			if p.c > 0 && p.old == old && p.new == nr {
+				p.w += fl.coef[k]
+				p.c++
+				continue
+			}
+			if p.c > 0 {
+				f.bucketShift(r, *p)
+			} else {
+				f.pendR = append(f.pendR, r)
+			}
+			*p = shift{old, nr, fl.coef[k], 1}
+		}
+	}
+	for _, r := range f.pendR {
+		f.bucketShift(r, f.pend[r])
+		f.pend[r].c = 0
+	}
+	f.pendR = f.pendR[:0]
 	for _, r := range f.A {
 		if nl := f.nlevel[r]; nl != f.level[r] {
 			f.levelCh = append(f.levelCh, levelChange{r, f.level[r], nl})
@@ -1385,32 +1429,6 @@ func (f *fluid) commit() {
 	}
 	for _, id := range f.X {
 		fl := &f.flows[id]
-		nr := f.flows[id].nrate
-		if fl.bkt != 0 && (fl.group < 0 || nr != fl.rate) {
-			for k := range int32(fl.n) {
-				r := fl.res[k]
-				if fl.bkt&(1<<k) == 0 {
-					continue
-				}
-				if fl.group < 0 {
-					f.bucketAdd(r, nr, fl.coef[k])
-					continue
-				}
-				p := &f.pend[r]
-				if p.c > 0 && p.old == fl.rate && p.new == nr {
-					p.w += fl.coef[k]
-					p.c++
-					continue
-				}
-				if p.c > 0 {
-					f.bucketShift(r, *p)
-				} else {
-					f.pendR = append(f.pendR, r)
-				}
-				*p = shift{fl.rate, nr, fl.coef[k], 1}
-			}
-		}
-		fl.rate = nr
 		if g := f.groupOf(fl); g != fl.group {
 			f.moves = append(f.moves, move{id, fl.group, g})
 			if fl.group >= 0 {
@@ -1420,11 +1438,25 @@ func (f *fluid) commit() {
 			fl.group = g
 		}
 	}
-	for _, r := range f.pendR {
-		f.bucketShift(r, f.pend[r])
-		f.pend[r].c = 0
+}
+
+// rateOf is a flow's rate (rate units): its group's level, or the
+// highest rate where no resource bounds it (fill's freezeUnbounded). Its
+// group must be set.
+func (f *fluid) rateOf(fl *flowState) int64 {
+	if l := f.level[fl.group]; l != noLevel {
+		return l
 	}
-	f.pendR = f.pendR[:0]
+	return noLevel - 1
+}
+
+// rateNow is a flow's rate in the solve of epoch e: its new rate where
+// the solve's fill took it, else its rate.
+func (f *fluid) rateNow(fl *flowState, e uint32) int64 {
+	if fl.mark == e {
+		return fl.nrate
+	}
+	return f.rateOf(fl)
 }
 
 // groupOf is a flow's group under the current levels.

@@ -30,8 +30,8 @@ func checkMaxMin(f *fluid) error {
 	for r := range f.nres {
 		for i, id := range f.users[r] {
 			fl := &f.flows[id]
-			load[r] = load[r].add(mul128(uint64(fl.coef[f.userPos[r][i]]), uint64(fl.rate)))
-			maxRate[r] = max(maxRate[r], fl.rate)
+			load[r] = load[r].add(mul128(uint64(fl.coef[f.userPos[r][i]]), uint64(f.rateOf(fl))))
+			maxRate[r] = max(maxRate[r], f.rateOf(fl))
 		}
 		if f.capacity[r].less(load[r]) {
 			return fmt.Errorf("resource %d carries more than its capacity", r)
@@ -40,21 +40,21 @@ func checkMaxMin(f *fluid) error {
 	for r := range f.nres {
 		for _, id := range f.users[r] {
 			fl := &f.flows[id]
-			if fl.rate != f.level[fl.group] {
-				return fmt.Errorf("flow %d runs at %d, its group %d at %d", id, fl.rate, fl.group, f.level[fl.group])
+			if f.rateOf(fl) != f.level[fl.group] {
+				return fmt.Errorf("flow %d runs at %d, its group %d at %d", id, f.rateOf(fl), fl.group, f.level[fl.group])
 			}
-			if fl.capG >= 0 && fl.rate == f.level[fl.capG] {
+			if fl.capG >= 0 && f.rateOf(fl) == f.level[fl.capG] {
 				continue
 			}
 			ok := false
 			for k := range int(fl.n) {
 				s := fl.res[k]
-				if maxRate[s] != fl.rate {
+				if maxRate[s] != f.rateOf(fl) {
 					continue
 				}
 				var w int64
 				for i, o := range f.users[s] {
-					if f.flows[o].rate == fl.rate {
+					if f.rateOf(&f.flows[o]) == f.rateOf(fl) {
 						w += f.flows[o].coef[f.userPos[s][i]]
 					}
 				}
@@ -63,7 +63,7 @@ func checkMaxMin(f *fluid) error {
 				}
 			}
 			if !ok {
-				return fmt.Errorf("flow %d at %d has no bottleneck", id, fl.rate)
+				return fmt.Errorf("flow %d at %d has no bottleneck", id, f.rateOf(fl))
 			}
 		}
 	}
@@ -133,8 +133,8 @@ func TestFluidMatchesFullFill(t *testing.T) {
 				}
 			}
 			for _, p := range live {
-				if c, o := cur.flows[p.cur], orc.flows[p.orc]; c.rate != o.rate || c.group != o.group {
-					t.Fatalf("%s: flow %d at %d in group %d, full fill %d in %d", where, p.cur, c.rate, c.group, o.rate, o.group)
+				if c, o := cur.flows[p.cur], orc.flows[p.orc]; cur.rateOf(&c) != o.rate || c.group != o.group {
+					t.Fatalf("%s: flow %d at %d in group %d, full fill %d in %d", where, p.cur, cur.rateOf(&c), c.group, o.rate, o.group)
 				}
 			}
 			// The changes reported are the differences.
@@ -217,7 +217,7 @@ func TestMaxMinHandCases(t *testing.T) {
 		}
 		f.solve()
 		for i, id := range ids {
-			got := float64(f.flows[id].rate) / (1 << rateBits) * 1e3
+			got := float64(f.rateOf(&f.flows[id])) / (1 << rateBits) * 1e3
 			if d := got - tc.want[i]; d > 1e-9 || d < -1e-9 {
 				t.Errorf("%s: flow %d at %.12g GB/s, want %g", tc.name, i, got, tc.want[i])
 			}
@@ -234,7 +234,7 @@ func TestMaxMinRateCap(t *testing.T) {
 	a := f.add([]int32{0}, []int64{coefOf(1)}, rateOf(0.002))
 	b := f.add([]int32{0}, []int64{coefOf(1)}, 0)
 	f.solve()
-	if ra, rb := f.flows[a].rate, f.flows[b].rate; ra != rateOf(0.002) || rb != rateOf(0.008)+0 && rb != rateOf(0.008)+1 && rb != rateOf(0.008)-1 {
+	if ra, rb := f.rateOf(&f.flows[a]), f.rateOf(&f.flows[b]); ra != rateOf(0.002) || rb != rateOf(0.008)+0 && rb != rateOf(0.008)+1 && rb != rateOf(0.008)-1 {
 		t.Errorf("capped flow at %d, the other at %d; want %d and about %d", ra, rb, rateOf(0.002), rateOf(0.008))
 	}
 	if f.flows[a].group != f.capGroup[rateOf(0.002)] || f.flows[b].group != 0 {
@@ -288,8 +288,8 @@ func checkAggregates(f *fluid) error {
 		slots := map[int64]int32{} // rate -> path slots
 		for i, id := range f.users[r] {
 			if fl := &f.flows[id]; fl.group >= 0 {
-				want[fl.rate] += f.ucoef[r][i]
-				slots[fl.rate]++
+				want[f.rateOf(fl)] += f.ucoef[r][i]
+				slots[f.rateOf(fl)]++
 			}
 		}
 		seen := map[int64]bool{}
@@ -416,8 +416,8 @@ func TestFluidAggregates(t *testing.T) {
 				t.Fatalf("%s: %v", where, err)
 			}
 			for _, p := range live {
-				if c, o := cur.flows[p.cur], orc.flows[p.orc]; c.rate != o.rate || c.group != o.group {
-					t.Fatalf("%s: flow %d at %d in group %d, full fill %d in %d", where, p.cur, c.rate, c.group, o.rate, o.group)
+				if c, o := cur.flows[p.cur], orc.flows[p.orc]; cur.rateOf(&c) != o.rate || c.group != o.group {
+					t.Fatalf("%s: flow %d at %d in group %d, full fill %d in %d", where, p.cur, cur.rateOf(&c), c.group, o.rate, o.group)
 				}
 			}
 		}
@@ -445,24 +445,28 @@ func TestHoldsRates(t *testing.T) {
 			f.add(res, coef, 0)
 		}
 		f.solve()
-		// Move some flows' rates (a refill's new rates, marked), and
-		// give holdsAgg the same as the rates changed on each resource.
+		// Move some flows' rates (a refill's new rates), and give
+		// holdsAgg the same as the rates changed on each resource. Every
+		// flow is marked, so that the levels tried below leave the rates
+		// holds reads as they are (a flow's rate is its group's level).
 		e := f.stamp()
+		was := make([]int64, len(f.flows))
 		for id := range f.flows {
-			f.flows[id].nrate = f.flows[id].rate
+			was[id] = f.rateOf(&f.flows[id])
+			f.flows[id].mark = e
+			f.flows[id].nrate = was[id]
 			if rng.IntN(3) == 0 {
-				f.flows[id].mark = e
-				f.flows[id].nrate = max(1, f.flows[id].rate+int64(rng.IntN(5))-2)
+				f.flows[id].nrate = max(1, was[id]+int64(rng.IntN(5))-2)
 				if rng.IntN(4) == 0 {
-					f.flows[id].nrate = f.flows[id].rate / 2
+					f.flows[id].nrate = was[id] / 2
 				}
 			}
 		}
 		for r := range int32(nr) {
 			f.dl[r] = f.dl[r][:0]
 			for p, id := range f.users[r] {
-				if f.flows[id].mark == e {
-					f.dl[r] = append(f.dl[r], rateDelta{old: f.flows[id].rate, new: f.flows[id].nrate, coef: f.ucoef[r][p]})
+				if f.flows[id].nrate != was[id] {
+					f.dl[r] = append(f.dl[r], rateDelta{old: was[id], new: f.flows[id].nrate, coef: f.ucoef[r][p]})
 				}
 			}
 			saved := f.level[r]
