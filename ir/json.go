@@ -140,7 +140,7 @@ func (s *Schedule) MarshalJSON() ([]byte, error) {
 		}
 		if t.Quant.On() {
 			q := &quantJSON{Scheme: t.Quant.Scheme.String()}
-			if t.Quant.Scheme == layout.QuantBlock {
+			if t.Quant.HasBlock() {
 				q.Block = t.Quant.Block[:]
 			}
 			out.Tensors[i].Quant = q
@@ -302,13 +302,14 @@ func fromJSON(sj *scheduleJSON, version int) (*Schedule, error) {
 				return nil, fmt.Errorf("tensors[%d].quant.scheme: %w", i, err)
 			}
 			s.Tensors[i].Quant.Scheme = sc
+			hasBlock := s.Tensors[i].Quant.HasBlock()
 			switch {
-			case sc == layout.QuantBlock && len(q.Block) != 2:
-				return nil, fmt.Errorf("tensors[%d].quant.block = %v: block scales need [rows, cols]", i, q.Block)
-			case sc == layout.QuantBlock:
+			case hasBlock && len(q.Block) != 2:
+				return nil, fmt.Errorf("tensors[%d].quant.block = %v: %s scales need [rows, cols]", i, q.Block, sc)
+			case hasBlock:
 				s.Tensors[i].Quant.Block = [2]int64{q.Block[0], q.Block[1]}
 			case len(q.Block) != 0:
-				return nil, fmt.Errorf("tensors[%d].quant.block: only the block scheme has a block", i)
+				return nil, fmt.Errorf("tensors[%d].quant.block: only the block and shard schemes have a block", i)
 			}
 		}
 		if t.ScaleOf != nil {

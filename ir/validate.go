@@ -442,6 +442,13 @@ func (v *validator) quantTensors() error {
 		if err := layout.ValidateQuant(t.Src.DType, t.Dst.DType, t.Src.Shape, t.Quant); err != nil {
 			return fmt.Errorf("tensors[%d] (%s): %w", i, t.Name, err)
 		}
+		if t.Quant.Scheme == layout.QuantShard {
+			if q, err := t.Quant.ForLayout(t.Dst); err != nil {
+				return fmt.Errorf("tensors[%d] (%s) dst: %w", i, t.Name, err)
+			} else if q.Block != t.Quant.Block {
+				return fmt.Errorf("tensors[%d] (%s).quant.block = %v: shard scales' block is the destination's shard, %v", i, t.Name, t.Quant.Block, q.Block)
+			}
+		}
 		land, err := layout.LandingLayout(t.Dst, t.Quant)
 		if err != nil {
 			return fmt.Errorf("tensors[%d] (%s) dst: %w", i, t.Name, err)

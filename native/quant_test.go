@@ -133,6 +133,30 @@ func TestExecutorCutBlocksOnFake(t *testing.T) {
 	}
 }
 
+// Shard scales (a scale a destination shard, vLLM's online FP8) of the
+// same row-parallel weight: no rank lands more than its shard, the split
+// kernels quantize it (each shard a block large enough), and every fp8
+// byte and scale is checked, a flipped byte found.
+func TestExecutorShardScalesOnFake(t *testing.T) {
+	tp, _ := topo.Preset("hgx-h200")
+	tp.GPUsPerDomain, tp.Domains = 2, 2
+	for _, route := range plan.Routes {
+		s := cutBlockSchedule(t, tp, []int64{64, 1024}, layout.BF16, layout.QuantShard, route, 1<<12)
+		if q := s.Tensors[0].Quant; q.Block != [2]int64{64, 512} {
+			t.Fatalf("%s: shard scales resolved to %v, want 64 x 512", route, q)
+		}
+		for _, corrupt := range []string{"", "fp8"} {
+			g := newFake(4, 9)
+			g.corrupt = corrupt
+			res := runOn(t, g, s, Options{Backend: NCCL, Iters: 1})
+			split := g.quantKernels["quantize_e4m3_split_bf16"]
+			if res.Verified != (corrupt == "") || g.cutChecks != 0 || split == 0 {
+				t.Errorf("%s, corrupt %q: verified %v (%d wrong, first %s), %d checks of cut blocks (want none), %d split kernels", route, corrupt, res.Verified, res.WrongElems, res.FirstWrong, g.cutChecks, split)
+			}
+		}
+	}
+}
+
 // cutBlockSchedule plans, by route with chunks of chunk bytes, one
 // row-parallel weight of that shape and source dtype: split by columns
 // over ranks 0-1, to fp8 in scheme's scales replicated over two pairs
@@ -142,7 +166,11 @@ func cutBlockSchedule(t *testing.T, tp *topo.Topology, shape []int64, dt layout.
 	t.Helper()
 	src := layout.Layout{Shape: shape, DType: dt, Mesh: layout.Mesh{Shape: []int{2}, Ranks: []int{0, 1}}, Placements: []layout.Placement{layout.S(1)}}
 	dst := layout.Layout{Shape: shape, DType: layout.FP8E4M3, Mesh: layout.Mesh{Shape: []int{2, 2}, Ranks: []int{0, 1, 2, 3}}, Placements: []layout.Placement{layout.R, layout.S(1)}}
-	s, err := plan.Build([]ir.Tensor{{Name: "o_proj.weight", Src: src, Dst: dst, Quant: layout.Quant{Scheme: scheme}}}, tp, plan.Options{Route: route, ChunkBytes: chunk})
+	q, err := layout.Quant{Scheme: scheme}.ForLayout(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := plan.Build([]ir.Tensor{{Name: "o_proj.weight", Src: src, Dst: dst, Quant: q}}, tp, plan.Options{Route: route, ChunkBytes: chunk})
 	if err != nil {
 		t.Fatalf("%v %s: %v", scheme, route, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -25,7 +26,14 @@ func randomQuant(rng *rand.Rand) (ir.Tensor, bool) {
 	src.DType = []layout.DType{layout.BF16, layout.FP16, layout.FP32}[rng.IntN(3)]
 	dst.DType = layout.FP8E4M3
 	for range 8 {
-		q := layout.Quant{Scheme: layout.QuantScheme(1 + rng.IntN(3)), Block: [2]int64{1 + rng.Int64N(4), 1 + rng.Int64N(4)}}
+		q := layout.Quant{Scheme: layout.QuantScheme(1 + rng.IntN(4)), Block: [2]int64{1 + rng.Int64N(4), 1 + rng.Int64N(4)}}
+		if q.Scheme == layout.QuantShard {
+			q.Block = [2]int64{}
+			var err error
+			if q, err = q.ForLayout(dst); err != nil {
+				continue
+			}
+		}
 		if _, err := layout.LandingLayout(dst, q); err == nil {
 			return ir.Tensor{Name: "w.weight", Src: src, Dst: dst, Quant: q}, true
 		}
@@ -45,7 +53,8 @@ func TestQuantRoutesExact(t *testing.T) {
 		n = 40
 	}
 	sites := map[quantSite]int{}
-	cuts := 0 // destinations whose shards cut their blocks
+	cuts := 0   // destinations whose shards cut their blocks
+	shards := 0 // shard scales (a block a destination shard)
 	for i := 0; i < n; {
 		w, ok := randomQuant(rng)
 		if !ok {
@@ -54,6 +63,9 @@ func TestQuantRoutesExact(t *testing.T) {
 		i++
 		if layout.CheckBlocks(w.Dst, w.Quant) != nil {
 			cuts++
+		}
+		if w.Quant.Scheme == layout.QuantShard {
+			shards++
 		}
 		tensors := []ir.Tensor{w}
 		if rng.IntN(3) == 0 { // beside a tensor that is not quantized
@@ -127,8 +139,8 @@ func TestQuantRoutesExact(t *testing.T) {
 			}
 		}
 	}
-	if cuts < n/20 {
-		t.Errorf("%d of %d destinations cut their blocks: the test must exercise them", cuts, n)
+	if cuts < n/20 || shards < n/10 {
+		t.Errorf("%d of %d destinations cut their blocks, %d in shard scales: the test must exercise both", cuts, n, shards)
 	}
 	if sites[quantAtSource] < n/5 || sites[quantAtDest] < n/5 || sites[quantAtEntry] < n/10 {
 		t.Errorf("quantized at the source %d times, at the destination %d, at entry replicas (hierarchical) %d: the test must exercise each",
@@ -204,6 +216,40 @@ func TestQuantBlockCut(t *testing.T) {
 	ts[0].Dst.DType = layout.FP8E4M3
 	if _, err := Build(ts, nvl72(2), Options{Route: Flat}); err == nil || !strings.Contains(err.Error(), "only a quantized destination") {
 		t.Errorf("fp8 without scales: %v", err)
+	}
+}
+
+// Shard scales (vLLM's online FP8, a scale a rank) at TP 2 with the
+// matrix split by columns, as a row-parallel weight: each rank's shard is
+// its block, so the source (split alike) quantizes and only fp8 and two
+// scales cross the network, where a per-tensor scale lands the whole bf16
+// matrix on both ranks (4x the bytes).
+func TestQuantShardAtTP(t *testing.T) {
+	shape := []int64{1024, 2048}
+	src := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{2}, Ranks: []int{0, 1}}, Placements: []layout.Placement{layout.S(1)}}
+	dst := layout.Layout{Shape: shape, DType: layout.FP8E4M3, Mesh: layout.Mesh{Shape: []int{2}, Ranks: []int{72, 73}}, Placements: []layout.Placement{layout.S(1)}}
+	shard, err := layout.Quant{Scheme: layout.QuantShard}.ForLayout(dst)
+	if err != nil || shard.Block != [2]int64{1024, 1024} {
+		t.Fatalf("shard scales resolved to %v, %v", shard, err)
+	}
+	net := map[string]int64{}
+	for _, q := range []layout.Quant{shard, {Scheme: layout.QuantTensor}} {
+		ts := []ir.Tensor{{Name: "o_proj.weight", Src: src, Dst: dst, Quant: q}}
+		s, err := Build(ts, nvl72(2), Options{Route: Flat})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runOnHost(t, s, 1, q.String())
+		net[q.Scheme.String()] = s.Stats().Bytes[ir.Net]
+		if q.Scheme == layout.QuantShard && (s.Tensors[1].Name != "o_proj.weight_scale" || !slices.Equal(s.Tensors[1].Dst.Shape, []int64{1, 2})) {
+			t.Errorf("shard scales: scale tensor %s of shape %v, want o_proj.weight_scale [1 2]", s.Tensors[1].Name, s.Tensors[1].Dst.Shape)
+		}
+	}
+	if want := int64(1024*2048 + 2*4); net["shard"] != want {
+		t.Errorf("shard scales: %d network bytes, want the fp8 matrix and two scales, %d", net["shard"], want)
+	}
+	if want := int64(2 * 1024 * 2048 * 2); net["tensor"] != want {
+		t.Errorf("per tensor: %d network bytes, want the bf16 matrix on both ranks, %d", net["tensor"], want)
 	}
 }
 

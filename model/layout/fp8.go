@@ -149,9 +149,16 @@ const (
 	QuantChannel
 	// QuantTensor: one scale per matrix (per expert of stacked experts).
 	QuantTensor
+	// QuantShard: one scale per destination shard of the matrix, as vLLM
+	// quantizes a bf16 checkpoint online (quantization = "fp8" without
+	// serialized fp8 weights: each rank's process_weights_after_loading
+	// quantizes its own shard with one dynamic per-tensor scale). Block
+	// holds the shard's extents once resolved for the destination
+	// layout (ForLayout); from there it is a block scheme of that block.
+	QuantShard
 )
 
-var schemeNames = [...]string{NoQuant: "none", QuantBlock: "block", QuantChannel: "channel", QuantTensor: "tensor"}
+var schemeNames = [...]string{NoQuant: "none", QuantBlock: "block", QuantChannel: "channel", QuantTensor: "tensor", QuantShard: "shard"}
 
 func (s QuantScheme) String() string {
 	if int(s) < len(schemeNames) {
@@ -160,14 +167,14 @@ func (s QuantScheme) String() string {
 	return fmt.Sprintf("scheme(%d)", int(s))
 }
 
-// ParseQuantScheme reads "block", "channel" or "tensor".
+// ParseQuantScheme reads "block", "channel", "tensor" or "shard".
 func ParseQuantScheme(s string) (QuantScheme, error) {
 	for i, n := range schemeNames {
 		if i > 0 && n == s {
 			return QuantScheme(i), nil
 		}
 	}
-	return NoQuant, fmt.Errorf("unknown quantization scheme %q (known: block, channel, tensor)", s)
+	return NoQuant, fmt.Errorf("unknown quantization scheme %q (known: block, channel, tensor, shard)", s)
 }
 
 // Quant says how a tensor's destination is quantized: the destination
@@ -176,8 +183,12 @@ func ParseQuantScheme(s string) (QuantScheme, error) {
 // quantization.
 type Quant struct {
 	Scheme QuantScheme
-	Block  [2]int64 // QuantBlock: rows and columns of a block
+	Block  [2]int64 // QuantBlock, QuantShard (resolved): rows and columns of a block
 }
+
+// HasBlock reports whether the scheme's blocks are Block: block scales,
+// and shard scales once resolved for a layout.
+func (q Quant) HasBlock() bool { return q.Scheme == QuantBlock || q.Scheme == QuantShard }
 
 // DefaultBlock is DeepSeek-V3's and Kimi-K2's weight_block_size.
 var DefaultBlock = [2]int64{128, 128}
@@ -186,15 +197,15 @@ var DefaultBlock = [2]int64{128, 128}
 func (q Quant) On() bool { return q.Scheme != NoQuant }
 
 func (q Quant) String() string {
-	if q.Scheme == QuantBlock {
-		return fmt.Sprintf("block %dx%d", q.Block[0], q.Block[1])
+	if q.HasBlock() {
+		return fmt.Sprintf("%v %dx%d", q.Scheme, q.Block[0], q.Block[1])
 	}
 	return q.Scheme.String()
 }
 
 // Blocks returns the block extent of the last two dims of a tensor of
-// this shape: Block for block scales, [1, cols] per channel, [rows, cols]
-// per tensor.
+// this shape: Block for block and (resolved) shard scales, [1, cols] per
+// channel, [rows, cols] per tensor.
 func (q Quant) Blocks(shape []int64) (rows, cols int64) {
 	nd := len(shape)
 	switch q.Scheme {
@@ -248,13 +259,47 @@ func (q Quant) WeightBox(shape []int64, scales Box) Box {
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
+// ForLayout resolves shard scales for destination layout l: the block is
+// the extent of l's shards in each of the last two dims (the largest of a
+// split dim's shards: torch.chunk's, the last one possibly shorter; the
+// whole dim where l does not split it). Other schemes are returned as they
+// are. A layout whose shards of a dim differ otherwise (one that does not
+// start each shard on a multiple of the first's size) is refused by
+// CheckBlocks, naming the dim.
+func (q Quant) ForLayout(l Layout) (Quant, error) {
+	if q.Scheme != QuantShard {
+		return q, nil
+	}
+	nd := len(l.Shape)
+	if nd < 2 {
+		return q, fmt.Errorf("shape %v: quantizing needs two dims or more (blocks span the last two)", l.Shape)
+	}
+	for k := range 2 {
+		d := nd - 2 + k
+		b := int64(0)
+		for _, iv := range l.Partition(d).Intervals {
+			b = max(b, iv.Size)
+		}
+		if b == 0 {
+			b = l.Shape[d]
+		}
+		q.Block[k] = b
+	}
+	if err := CheckBlocks(l, q); err != nil {
+		return q, fmt.Errorf("shard scales: the destination's shards are not one size: %w", err)
+	}
+	return q, nil
+}
+
 // ValidateQuant checks that src can be quantized to dst under q: dst is
 // fp8_e4m3, src bf16, fp16 or fp32, the tensor has two dims or more, and
 // blocks are positive.
 func ValidateQuant(src, dst DType, shape []int64, q Quant) error {
 	switch {
-	case q.Scheme > QuantTensor:
+	case q.Scheme > QuantShard:
 		return fmt.Errorf("quantization scheme %v is not known", q.Scheme)
+	case q.Scheme == QuantShard && (q.Block[0] <= 0 || q.Block[1] <= 0):
+		return fmt.Errorf("shard scales with block %v: not resolved for a destination layout (Quant.ForLayout)", q.Block)
 	case dst != FP8E4M3:
 		return fmt.Errorf("destination dtype %v: quantized destinations are fp8_e4m3", dst)
 	case src != BF16 && src != FP16 && src != FP32:
@@ -309,7 +354,9 @@ func CheckBlocks(l Layout, q Quant) error {
 						axes += fmt.Sprintf("mesh axis %d (%d ranks, %v)", a, l.Mesh.Shape[a], l.Placements[a])
 					}
 					why := "vLLM refuses such a split too: each shard must hold whole blocks"
-					if q.Scheme != QuantBlock {
+					if q.Scheme == QuantShard {
+						why = "shard scales take the shards' size as their block, and these shards differ in size (uneven splits nested)"
+					} else if !q.HasBlock() {
 						why = fmt.Sprintf("vLLM holds such a shard with the %s scale replicated, computed over the whole block before sharding (a destination lands the whole block: LandingLayout)", q.Scheme)
 					}
 					return fmt.Errorf("%w: dim %d (%d) is split by %s into shards of %d, and the shard [%d, %d) %s at %d, inside a block of %d (%d = %d x %d + %d); %s",

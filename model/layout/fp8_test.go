@@ -382,3 +382,104 @@ func TestWeightBox(t *testing.T) {
 		}
 	}
 }
+
+// Shard scales (vLLM's online FP8: each rank quantizes its own shard with
+// one scale) resolve to the destination's shards: a fixed table, then on
+// random layouts every rank's box is exactly one block of the last two
+// dims, and the layout lands as it is (no rank lands more than its shard).
+func TestQuantShardForLayout(t *testing.T) {
+	mesh := Mesh{Shape: []int{2, 4}, Ranks: seq(8)}
+	for _, c := range []struct {
+		name  string
+		shape []int64
+		pl    []Placement
+		block [2]int64
+	}{
+		{"row split (column-parallel)", []int64{1024, 2048}, []Placement{R, S(0)}, [2]int64{256, 2048}},
+		{"column split (row-parallel)", []int64{1024, 2048}, []Placement{R, S(1)}, [2]int64{1024, 512}},
+		{"both", []int64{1024, 2048}, []Placement{S(0), S(1)}, [2]int64{512, 512}},
+		{"replicated", []int64{1024, 2048}, []Placement{R, R}, [2]int64{1024, 2048}},
+		{"uneven (torch.chunk: 3, 3, 3, 1)", []int64{10, 64}, []Placement{R, S(0)}, [2]int64{3, 64}},
+		{"stacked experts, split by expert and rows", []int64{8, 64, 32}, []Placement{S(0), S(1)}, [2]int64{16, 32}},
+	} {
+		l := Layout{Shape: c.shape, DType: FP8E4M3, Mesh: mesh, Placements: c.pl}
+		q, err := Quant{Scheme: QuantShard}.ForLayout(l)
+		if err != nil || q.Scheme != QuantShard || q.Block != c.block {
+			t.Errorf("%s: %v, %v; want shard %v", c.name, q, err, c.block)
+			continue
+		}
+		if err := ValidateQuant(BF16, FP8E4M3, c.shape, q); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+		if land, err := LandingLayout(l, q); err != nil || !slices.Equal(land.Placements, l.Placements) {
+			t.Errorf("%s: lands on %v (%v), want its own layout", c.name, land.Placements, err)
+		}
+	}
+	if err := ValidateQuant(BF16, FP8E4M3, []int64{64, 64}, Quant{Scheme: QuantShard}); err == nil || !strings.Contains(err.Error(), "not resolved") {
+		t.Errorf("unresolved shard scales: %v", err)
+	}
+	if q, err := (Quant{Scheme: QuantTensor}).ForLayout(Layout{Shape: []int64{8, 8}, Mesh: mesh, Placements: []Placement{R, S(0)}}); err != nil || q != (Quant{Scheme: QuantTensor}) {
+		t.Errorf("per tensor: %v, %v; want it unchanged", q, err)
+	}
+	if s, err := ParseQuantScheme("shard"); err != nil || s != QuantShard || s.String() != "shard" {
+		t.Errorf("ParseQuantScheme(shard) = %v, %v", s, err)
+	}
+
+	rng := rand.New(rand.NewPCG(5, 6))
+	resolved, refused := 0, 0
+	for it := 0; it < 2000; it++ {
+		nd := 2 + rng.IntN(2)
+		shape := make([]int64, nd)
+		for d := range shape {
+			shape[d] = int64(1 + rng.IntN(12))
+		}
+		axes := 1 + rng.IntN(3)
+		ms := make([]int, axes)
+		pl := make([]Placement, axes)
+		n := 1
+		for a := range ms {
+			ms[a] = 1 + rng.IntN(4)
+			n *= ms[a]
+			if rng.IntN(3) > 0 {
+				pl[a] = Placement{Shard: true, Dim: rng.IntN(nd)}
+			}
+		}
+		l := Layout{Shape: shape, DType: FP8E4M3, Mesh: Mesh{Shape: ms, Ranks: seq(n)}, Placements: pl}
+		q, err := Quant{Scheme: QuantShard}.ForLayout(l)
+		if err != nil {
+			// Refused only where nested uneven splits make shards of
+			// several sizes along a dim (no one block fits them all).
+			even := true
+			for d := nd - 2; d < nd; d++ {
+				k := int64(1)
+				for a, p := range pl {
+					if p.Shard && p.Dim == d {
+						k *= int64(ms[a])
+					}
+				}
+				even = even && shape[d]%k == 0
+			}
+			if even || !errors.Is(err, ErrCutsBlock) {
+				t.Fatalf("%v: %v", l, err)
+			}
+			refused++
+			continue
+		}
+		resolved++
+		if land, err := LandingLayout(l, q); err != nil || !slices.Equal(land.Placements, l.Placements) {
+			t.Fatalf("%v under %v: lands on %v (%v)", l, q, land.Placements, err)
+		}
+		for i := range n {
+			w := l.LocalBox(i)
+			if w.Empty() {
+				continue
+			}
+			if s := q.ScaleBox(shape, w); s.Size[nd-2] != 1 || s.Size[nd-1] != 1 {
+				t.Fatalf("%v under %v: rank %d holds %v, scales %v: want one scale a matrix", l, q, i, w, s)
+			}
+		}
+	}
+	if resolved < 1000 || refused == 0 {
+		t.Errorf("%d random layouts resolved, %d refused: the test checks little", resolved, refused)
+	}
+}

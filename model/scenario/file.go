@@ -121,7 +121,7 @@ type TensorSpec struct {
 // default [128, 128]), per channel or per tensor.
 type QuantSpec struct {
 	DstDType *string `toml:"dst_dtype"` // "fp8_e4m3"; absent: the source dtype
-	Scales   string  `toml:"scales"`    // "block" (default), "channel", "tensor"
+	Scales   string  `toml:"scales"`    // "block" (default), "channel", "tensor", "shard"
 	Block    []int64 `toml:"block"`     // block scales: [rows, cols]
 }
 

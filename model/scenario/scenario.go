@@ -475,6 +475,9 @@ func (s *Scenario) resolve(f *File, p *Point) error {
 			return fmt.Errorf("%s.%w", at, err)
 		}
 		if q.On() {
+			if q, err = q.ForLayout(t.Dst); err != nil {
+				return fmt.Errorf("%s.scales = %q: %w", at, ts.Scales, err)
+			}
 			t.Dst.DType, t.Quant = dd, q
 			if err := layout.ValidateQuant(dt, dd, t.Src.Shape, q); err != nil {
 				return fmt.Errorf("%s.dst_dtype = %q: %w", at, *ts.DstDType, err)
@@ -750,13 +753,21 @@ func (p *Point) Scale(f float64) error {
 			// blocks, in a multiple of the block rows times each side's
 			// shards of dim 0 (at most the unscaled rows).
 			br, _ := t.Quant.Blocks(t.Src.Shape)
-			if t.Quant.Scheme == layout.QuantTensor {
-				br = 1 // the block is the matrix, whatever its rows
+			if t.Quant.Scheme == layout.QuantTensor || t.Quant.Scheme == layout.QuantShard {
+				br = 1 // the block is the matrix or the shard, whatever its rows
 			}
 			unit := br * lcm(shards0(t.Src), shards0(t.Dst))
 			shape[0] = min(n, (shape[0]+unit-1)/unit*unit)
 		}
 		t.Src.Shape, t.Dst.Shape = shape, shape
+		if t.Quant.Scheme == layout.QuantShard {
+			// The shards changed size: so did their blocks.
+			q, err := t.Quant.ForLayout(t.Dst)
+			if err != nil {
+				return fmt.Errorf("tensor %s, scaled to %v: %w", t.Name, shape, err)
+			}
+			t.Quant = q
+		}
 	}
 	return nil
 }

@@ -214,3 +214,26 @@ func TestScalePerTensor(t *testing.T) {
 		}
 	}
 }
+
+// --scale keeps shard scales a scale a shard: the block follows the
+// shards' new size (dim 0 rounded to whole shards on both sides).
+func TestScaleShardScales(t *testing.T) {
+	mesh := func(ranks ...int) layout.Mesh { return layout.Mesh{Shape: []int{len(ranks)}, Ranks: ranks} }
+	src := layout.Layout{Shape: []int64{8192, 8192}, DType: layout.BF16, Mesh: mesh(0, 1), Placements: []layout.Placement{layout.S(1)}}
+	dst := layout.Layout{Shape: []int64{8192, 8192}, DType: layout.FP8E4M3, Mesh: mesh(0, 1, 2, 3), Placements: []layout.Placement{layout.S(0)}}
+	q, err := layout.Quant{Scheme: layout.QuantShard}.ForLayout(dst)
+	if err != nil || q.Block != [2]int64{2048, 8192} {
+		t.Fatalf("resolved to %v, %v", q, err)
+	}
+	p := &Point{Tensors: []Tensor{{Name: "w", Src: src, Dst: dst, Quant: q}}}
+	if err := p.Scale(0.01); err != nil {
+		t.Fatal(err)
+	}
+	got := p.Tensors[0]
+	if got.Dst.Shape[0] != 84 || got.Quant.Block != [2]int64{21, 8192} {
+		t.Errorf("scaled to %v with %v, want 84 rows in blocks of 21 x 8192", got.Dst.Shape, got.Quant)
+	}
+	if land, err := layout.LandingLayout(got.Dst, got.Quant); err != nil || land.Placements[0] != layout.S(0) {
+		t.Errorf("scaled: lands on %v, %v; want its own layout", land.Placements, err)
+	}
+}

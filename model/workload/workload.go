@@ -107,11 +107,15 @@ func (s *Spec) Tensors() ([]Tensor, error) {
 			}
 		}
 		if s.Quant.On() && quantized(w) {
-			t.Dst.DType, t.Quant = layout.FP8E4M3, s.Quant
-			if err := layout.ValidateQuant(s.DType, t.Dst.DType, w.Shape, s.Quant); err != nil {
+			q, err := s.Quant.ForLayout(t.Dst)
+			if err != nil {
+				return nil, fmt.Errorf("dst_dtype = \"fp8_e4m3\" (%v scales): generator tp = %d, ep = %d: %s: %w", s.Quant.Scheme, s.Generator.TP, s.Generator.EP, w.Name, err)
+			}
+			t.Dst.DType, t.Quant = layout.FP8E4M3, q
+			if err := layout.ValidateQuant(s.DType, t.Dst.DType, w.Shape, q); err != nil {
 				return nil, fmt.Errorf("dst_dtype = \"fp8_e4m3\": %w", err)
 			}
-			if _, err := layout.LandingLayout(t.Dst, s.Quant); err != nil {
+			if _, err := layout.LandingLayout(t.Dst, q); err != nil {
 				return nil, fmt.Errorf("dst_dtype = \"fp8_e4m3\" (%v scales): generator tp = %d, ep = %d: %s: %w", s.Quant, s.Generator.TP, s.Generator.EP, w.Name, err)
 			}
 		}

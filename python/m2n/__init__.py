@@ -243,7 +243,7 @@ class Layout:
 
 
 # The scale layouts of a quantized destination (docs/layouts.md).
-SCALES = ("block", "channel", "tensor")
+SCALES = ("block", "channel", "tensor", "shard")
 
 
 class Tensor:
@@ -251,7 +251,8 @@ class Tensor:
 
     dst_dtype="fp8_e4m3" quantizes it on the way (its scales a tensor of
     their own in the plan): scales "block" (the default, block=[rows, cols],
-    [128, 128] by default), "channel" (a scale a row) or "tensor"."""
+    [128, 128] by default), "channel" (a scale a row), "tensor" (a scale a
+    matrix) or "shard" (a scale a destination shard, vLLM's online fp8)."""
 
     def __init__(self, name, shape, dtype, src, dst, dst_dtype=None, scales=None, block=None):
         self.name, self.shape, self.dtype, self.src, self.dst = name, list(shape), str(dtype).replace("torch.", ""), src, dst
