@@ -245,6 +245,23 @@ func TestQuantShardAtTP(t *testing.T) {
 			t.Errorf("shard scales: scale tensor %s of shape %v, want o_proj.weight_scale [1 2]", s.Tensors[1].Name, s.Tensors[1].Dst.Shape)
 		}
 	}
+	// The IR says shard with its block; the validator and the decoder
+	// refuse a block that is not the shard, or none.
+	s, err := Build([]ir.Tensor{{Name: "o_proj.weight", Src: src, Dst: dst, Quant: shard}}, nvl72(2), Options{Route: Flat})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := ir.Encode(&buf, s); err != nil || !strings.Contains(buf.String(), `"quant":{"scheme":"shard","block":[1024,1024]}`) {
+		t.Errorf("IR: %v; want the scheme shard with its block in %.300s", err, buf.String())
+	}
+	if _, err := ir.Decode(strings.NewReader(strings.Replace(buf.String(), `"scheme":"shard","block":[1024,1024]`, `"scheme":"shard"`, 1))); err == nil || !strings.Contains(err.Error(), "shard scales need [rows, cols]") {
+		t.Errorf("shard scales without a block: %v", err)
+	}
+	s.Tensors[0].Quant.Block = [2]int64{512, 1024}
+	if err := s.Validate(); err == nil || !strings.Contains(err.Error(), "shard scales' block is the destination's shard, [1024 1024]") {
+		t.Errorf("shard scales with another block: %v", err)
+	}
 	if want := int64(1024*2048 + 2*4); net["shard"] != want {
 		t.Errorf("shard scales: %d network bytes, want the fp8 matrix and two scales, %d", net["shard"], want)
 	}
