@@ -694,7 +694,8 @@ func checkFailsOnFlip(t *testing.T, s *ir.Schedule) {
 // split by columns, as vLLM's row-parallel weights) on the GPU: every
 // route in loopback over copies and NCCL, every fp8 byte checked against
 // the pattern quantized over the whole blocks, and a flipped byte and
-// scale found.
+// scale found; the same weight in shard scales (a scale a rank's shard,
+// which no split cuts).
 func TestGPUCutBlockSchedules(t *testing.T) {
 	if _, err := Devices(); err != nil {
 		skipWithoutGPU(t, err)
@@ -703,9 +704,12 @@ func TestGPUCutBlockSchedules(t *testing.T) {
 	tp, _ := topo.Preset("hgx-h200")
 	tp.GPUsPerDomain, tp.Domains = 2, 2
 	i := 0
-	for _, scheme := range []layout.QuantScheme{layout.QuantChannel, layout.QuantTensor} {
+	for _, scheme := range []layout.QuantScheme{layout.QuantChannel, layout.QuantTensor, layout.QuantShard} {
 		for _, route := range plan.Routes {
 			shape := []int64{128 + rng.Int64N(256), 8 * (64 + rng.Int64N(128))}
+			if scheme == layout.QuantShard {
+				shape[1] = 16 * (64 + rng.Int64N(64)) // two shards of whole vectors, wide enough for the split kernels
+			}
 			dt := []layout.DType{layout.BF16, layout.FP16}[rng.IntN(2)]
 			s := cutBlockSchedule(t, tp, shape, dt, scheme, route, 1<<16)
 			runGPULoopbacks(t, rng, i, s)
