@@ -1,6 +1,7 @@
 """Scenarios of one tensor a copy, for the sweeps that time device copies on
 one GPU: `python3 scripts/copy_scenarios.py SET DIR` writes SET's scenarios
-(l2: scripts/gpu-l2-sweep.sh; wait: scripts/gpu-wait-sweep.sh) into DIR."""
+(l2: scripts/gpu-l2-sweep.sh; wait: scripts/gpu-wait-sweep.sh; lanes:
+scripts/gpu-lane-sweep.sh) into DIR."""
 
 import sys
 
@@ -50,8 +51,19 @@ def wait(d):
         gen(d, f"xalt-{tag}", 256, size, [(0, 1), (2, 3)])
 
 
+def lanes(d):
+    """The same bytes (896 MiB copied) in copies of one size over 8 pairs of
+    ranks, for 1, 2, 4 and 8 lanes (a pair a lane, round robin); and 4
+    lanes of which two carry twice the copies of the others (u: the two
+    left running alone at the end)."""
+    eight = [(2 * i, 2 * i + 1) for i in range(8)]
+    for tag, n, size in (("1m", 896, MiB), ("3.5m", 256, 7 * MiB // 2), ("16m", 56, 16 * MiB), ("56m", 16, 56 * MiB)):
+        gen(d, f"c{tag}-n{n}", n, size, eight)
+    gen(d, "u3.5m-n192", 192, 7 * MiB // 2, [(0, 1), (2, 3), (4, 5), (6, 7), (4, 5), (6, 7)])
+
+
 if __name__ == "__main__":
-    sets = {"l2": l2, "wait": wait}
+    sets = {"l2": l2, "wait": wait, "lanes": lanes}
     if len(sys.argv) != 3 or sys.argv[1] not in sets:
         sys.exit(f"usage: copy_scenarios.py {{{'|'.join(sets)}}} DIR")
     sets[sys.argv[1]](sys.argv[2])
