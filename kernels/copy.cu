@@ -933,6 +933,24 @@ __device__ __forceinline__ QTile qtile_at(const QuantArgs& a, i64 t) {
     return q;
 }
 
+// each_vec16 calls f(w, v) on each of a tile's nv 16-byte vectors at src
+// that this thread takes (v from threadIdx.x in steps of 256 threads),
+// four loads in flight a thread: all four are issued before f runs on the
+// first (a store's memory clobber in f keeps any later load behind it).
+// The split apply kernel and both passes of the row kernels read so.
+template <typename F>
+__device__ __forceinline__ void each_vec16(const unsigned short* src, int nv, F f) {
+    int v = threadIdx.x;
+    for (; v + 3 * 256 < nv; v += 4 * 256) {
+        u32x4 w[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) w[k] = ldg16(src + (v + k * 256) * 8);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) f(w[k], v + k * 256);
+    }
+    for (; v < nv; v += 256) f(ldg16(src + v * 8), v);
+}
+
 // split_reduce2 reduces (m, raw) by max over the thread block (256
 // threads); thread 0 gets the result.
 __device__ __forceinline__ void split_reduce2(unsigned& m, unsigned& raw, unsigned* sh) {
@@ -1031,19 +1049,8 @@ __device__ void quantize_split_apply(const QuantArgs& a) {
         const float s = fast ? quant_fast_scale(amax) : quant_scale(amax);
         const float r = quant_recip(s);
         if (q.first && threadIdx.x == 0) ((float*)a.scale)[q.sat] = s;
-        const unsigned short* src = (const unsigned short*)a.src + q.so;
         unsigned char* dst = (unsigned char*)a.dst + q.dof;
-        // Four loads in flight a thread, issued before the first store (a
-        // store's memory clobber keeps later loads behind it).
-        int v = threadIdx.x;
-        for (; v + 3 * 256 < q.nv; v += 4 * 256) {
-            u32x4 w[4];
-#pragma unroll
-            for (int k = 0; k < 4; ++k) w[k] = ldg16(src + (v + k * 256) * 8);
-#pragma unroll
-            for (int k = 0; k < 4; ++k) split_store<SDT>(w[k], fast, s, r, dst + (v + k * 256) * 8);
-        }
-        for (; v < q.nv; v += 256) split_store<SDT>(ldg16(src + v * 8), fast, s, r, dst + v * 8);
+        each_vec16((const unsigned short*)a.src + q.so, q.nv, [&](const u32x4& w, int v) { split_store<SDT>(w, fast, s, r, dst + v * 8); });
     }
     // The last thread block to finish zeroes the work for the next launch:
     // every other has read its blocks' words by then.
@@ -1083,19 +1090,9 @@ __device__ __forceinline__ void quant_row(const QuantArgs& a, const QTile& q, un
     const unsigned nan_above = SDT == 1 ? 0x7f80u : 0x7c00u;
     const unsigned short* src = (const unsigned short*)a.src + q.so;
     unsigned m = 0;
-    int v = threadIdx.x;
-    for (; v + 3 * 256 < q.nv; v += 4 * 256) {
-        u32x4 w[4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) w[k] = ldg16(src + (v + k * 256) * 8);
-#pragma unroll
-        for (int k = 0; k < 4; ++k)
-            m = umax16x2(m, umax16x2(umax16x2(w[k].x & 0x7fff7fffu, w[k].y & 0x7fff7fffu), umax16x2(w[k].z & 0x7fff7fffu, w[k].w & 0x7fff7fffu)));
-    }
-    for (; v < q.nv; v += 256) {
-        const u32x4 w = ldg16(src + v * 8);
+    each_vec16(src, q.nv, [&](const u32x4& w, int) {
         m = umax16x2(m, umax16x2(umax16x2(w.x & 0x7fff7fffu, w.y & 0x7fff7fffu), umax16x2(w.z & 0x7fff7fffu, w.w & 0x7fff7fffu)));
-    }
+    });
     m = block_amax16<256>(m, ured);
     const float amax = h16_to_f<SDT>((unsigned short)m);
     if (m > nan_above || !quant_fast_ok(amax)) {
@@ -1105,24 +1102,11 @@ __device__ __forceinline__ void quant_row(const QuantArgs& a, const QTile& q, un
     const float s = quant_fast_scale(amax), r = quant_recip(s);
     if (threadIdx.x == 0) ((float*)a.scale)[q.sat] = s;
     unsigned char* dst = (unsigned char*)a.dst + q.dof;
-    // Four loads in flight a thread here too, all issued before the first
-    // store (a store's memory clobber keeps later loads behind it).
-    for (v = threadIdx.x; v + 3 * 256 < q.nv; v += 4 * 256) {
-        u32x4 w[4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) w[k] = ldg16(src + (v + k * 256) * 8);
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            unsigned o[2];
-            quant_vec<SDT>(w[k], s, r, o);
-            asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(dst + (v + k * 256) * 8), "r"(o[0]), "r"(o[1]) : "memory");
-        }
-    }
-    for (; v < q.nv; v += 256) {
+    each_vec16(src, q.nv, [&](const u32x4& w, int v) {
         unsigned o[2];
-        quant_vec<SDT>(ldg16(src + v * 8), s, r, o);
+        quant_vec<SDT>(w, s, r, o);
         asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(dst + v * 8), "r"(o[0]), "r"(o[1]) : "memory");
-    }
+    });
 }
 
 template <int SDT>
