@@ -62,7 +62,7 @@ func smallConfig(rng *rand.Rand, family string) *workload.Config {
 		"num_hidden_layers": 2 + rng.IntN(4), "num_attention_heads": 4, "tie_word_embeddings": rng.IntN(4) == 0,
 	}
 	switch family {
-	case workload.DeepSeekV3:
+	case workload.DeepSeekV3, workload.DeepSeekV2:
 		m["intermediate_size"] = 16
 		m["moe_intermediate_size"] = 8
 		m["n_routed_experts"] = 8
@@ -80,9 +80,13 @@ func smallConfig(rng *rand.Rand, family string) *workload.Config {
 		m["moe_intermediate_size"] = 8
 		m["intermediate_size"] = 16
 		m["mlp_only_layers"] = []int{rng.IntN(2)}
-	case workload.Llama:
+	case workload.Llama, workload.Mistral, workload.Qwen3, workload.Qwen2:
 		m["num_key_value_heads"] = 2
 		m["intermediate_size"] = 16
+	case workload.Mixtral:
+		m["num_key_value_heads"] = 2
+		m["num_local_experts"] = 4 * (1 + rng.IntN(2))
+		m["intermediate_size"] = 8
 	}
 	b, _ := json.Marshal(m)
 	c, err := workload.ParseConfig("small.json", b)
@@ -103,7 +107,7 @@ func TestWorkloadRoutesExact(t *testing.T) {
 		n = 8
 	}
 	for i := range n {
-		family := workload.Families()[i%3]
+		family := workload.Families()[i%len(workload.Families())]
 		c := smallConfig(rng, family)
 		tr := workload.Megatron{TP: 1 + rng.IntN(2), CP: 1 + rng.IntN(2), DP: 1 + rng.IntN(2), EP: 1, ETP: 1}
 		tr.PP = 1 + rng.IntN(min(c.Layers, 3))

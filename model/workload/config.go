@@ -17,13 +17,20 @@ const (
 	DeepSeekV3 = "deepseek_v3" // DeepSeek-V3 / R1: MLA attention, shared + routed experts, MTP
 	// KimiK2 is Kimi-K2's model_type: the deepseek_v3 family (its
 	// architectures: DeepseekV3ForCausalLM), read as DeepSeekV3.
-	KimiK2   = "kimi_k2"
-	Qwen3MoE = "qwen3_moe" // Qwen3 MoE: GQA with q/k norms, routed experts
-	Llama    = "llama"     // Llama 3.x: GQA, dense gated MLP
+	KimiK2     = "kimi_k2"
+	DeepSeekV2 = "deepseek_v2" // DeepSeek-V2 / V2-Lite: MLA, shared + routed experts, no router bias, no MTP
+	Qwen3MoE   = "qwen3_moe"   // Qwen3 MoE: GQA with q/k norms, routed experts
+	Qwen3      = "qwen3"       // Qwen3 dense: GQA with q/k norms, dense gated MLP
+	Qwen2      = "qwen2"       // Qwen2 / Qwen2.5 dense: GQA with q, k and v biases, dense gated MLP
+	Llama      = "llama"       // Llama 3.x: GQA, dense gated MLP
+	Mistral    = "mistral"     // Mistral: Llama's tensors (its sliding window changes none)
+	Mixtral    = "mixtral"     // Mixtral: GQA, routed experts in every layer (block_sparse_moe)
 )
 
 // Families lists the model families m2n reads, sorted.
-func Families() []string { return []string{DeepSeekV3, Llama, Qwen3MoE} }
+func Families() []string {
+	return []string{DeepSeekV2, DeepSeekV3, Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen3MoE}
+}
 
 // Config is the part of a Hugging Face config.json that fixes the model's
 // parameter tensors. Sizes are in elements.
@@ -39,6 +46,7 @@ type Config struct {
 	Intermediate  int64 // intermediate_size: the dense MLP's hidden width
 	TieEmbeddings bool  // tie_word_embeddings: lm_head shares embed_tokens
 	QKNorm        bool  // per-head q_norm and k_norm (Qwen3)
+	QKVBias       bool  // q, k and v projection biases (Qwen2)
 
 	// Mixture of experts (Experts == 0: a dense model).
 	Experts         int   // n_routed_experts / num_experts
@@ -46,6 +54,12 @@ type Config struct {
 	SharedExperts   int   // n_shared_experts (DeepSeek): one fused shared MLP of SharedExperts x MoEIntermediate
 	RouterBias      bool  // the router's e_score_correction_bias (DeepSeek-V3)
 	moeLayer        func(layer int) bool
+	// moeBlock is the MoE block's module in both frameworks' names
+	// ("mlp", Mixtral's "block_sparse_moe"), and expertProj a checkpoint
+	// expert's gate, up and down projections (gate_proj, up_proj,
+	// down_proj; Mixtral's w1, w3, w2).
+	moeBlock   string
+	expertProj [3]string
 
 	// Multi-head latent attention (DeepSeek); KVLoraRank == 0 means GQA.
 	QLoraRank     int64 // q_lora_rank; 0 when queries are not compressed
@@ -89,13 +103,25 @@ func ParseConfig(origin string, data []byte) (*Config, error) {
 		c.ModelType = DeepSeekV3
 	}
 	r.family = c.ModelType
+	c.moeBlock, c.expertProj = "mlp", [3]string{"gate_proj", "up_proj", "down_proj"}
 	switch c.ModelType {
 	case DeepSeekV3:
 		r.deepseek(c)
+	case DeepSeekV2:
+		r.deepseek(c)
+		c.RouterBias = false // its routers have no e_score_correction_bias
 	case Qwen3MoE:
 		r.qwen3MoE(c)
-	case Llama:
+	case Qwen3:
 		r.llama(c)
+		c.QKNorm = true
+	case Qwen2:
+		r.llama(c)
+		c.QKVBias = true // Qwen2Attention: q, k and v with bias, o without
+	case Llama, Mistral:
+		r.llama(c)
+	case Mixtral:
+		r.mixtral(c)
 	default:
 		return nil, fmt.Errorf("%s: model_type %q: not a family m2n knows (known: %s)", origin, c.ModelType, strings.Join(Families(), ", "))
 	}
@@ -217,6 +243,17 @@ func (r *reader) llama(c *Config) {
 	r.common(c)
 	r.gqa(c)
 	c.Intermediate = r.int("intermediate_size")
+}
+
+// mixtral reads Mixtral: every layer's MLP is num_local_experts routed
+// experts of intermediate_size each, no shared expert.
+func (r *reader) mixtral(c *Config) {
+	r.common(c)
+	r.gqa(c)
+	c.Experts = int(r.int("num_local_experts"))
+	c.MoEIntermediate = r.int("intermediate_size")
+	c.moeLayer = func(int) bool { return true }
+	c.moeBlock, c.expertProj = "block_sparse_moe", [3]string{"w1", "w3", "w2"}
 }
 
 // reader pulls typed values out of the raw JSON object, keeping the first

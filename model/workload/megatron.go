@@ -220,8 +220,11 @@ func (c *Config) denseWidths() []namedWidth {
 }
 
 func (c *Config) expertsKey() string {
-	if c.ModelType == DeepSeekV3 {
+	switch c.ModelType {
+	case DeepSeekV3, DeepSeekV2:
 		return "n_routed_experts"
+	case Mixtral:
+		return "num_local_experts"
 	}
 	return "num_experts"
 }

@@ -92,6 +92,11 @@ func (c *Config) layerParams(out []Param, l int, mtp bool) []Param {
 		add("self_attn.q_proj.weight", q, H)
 		add("self_attn.k_proj.weight", kv, H)
 		add("self_attn.v_proj.weight", kv, H)
+		if c.QKVBias {
+			add("self_attn.q_proj.bias", q)
+			add("self_attn.k_proj.bias", kv)
+			add("self_attn.v_proj.bias", kv)
+		}
 		add("self_attn.o_proj.weight", H, q)
 		if c.QKNorm {
 			add("self_attn.q_norm.weight", c.HeadDim)
@@ -106,14 +111,16 @@ func (c *Config) layerParams(out []Param, l int, mtp bool) []Param {
 		return out
 	}
 	E, I := int64(c.Experts), c.MoEIntermediate
-	add("mlp.gate.weight", E, H)
+	b := c.moeBlock + "."
+	add(b+"gate.weight", E, H)
 	if c.RouterBias {
-		add("mlp.gate.e_score_correction_bias", E)
+		add(b+"gate.e_score_correction_bias", E)
 	}
+	g, u, d := c.expertProj[0], c.expertProj[1], c.expertProj[2]
 	for e := range c.Experts {
-		add(fmt.Sprintf("mlp.experts.%d.gate_proj.weight", e), I, H)
-		add(fmt.Sprintf("mlp.experts.%d.up_proj.weight", e), I, H)
-		add(fmt.Sprintf("mlp.experts.%d.down_proj.weight", e), H, I)
+		add(fmt.Sprintf("%sexperts.%d.%s.weight", b, e, g), I, H)
+		add(fmt.Sprintf("%sexperts.%d.%s.weight", b, e, u), I, H)
+		add(fmt.Sprintf("%sexperts.%d.%s.weight", b, e, d), H, I)
 	}
 	if c.SharedExperts > 0 {
 		S := int64(c.SharedExperts) * I

@@ -183,6 +183,11 @@ func (c *Config) layerWeights(add func(Weight), l int, m string) {
 			add(w("self_attn.qkv_proj.weight[q]", "self_attention.linear_qkv.weight[q]", ClassAttention, Column, q, H))
 			add(w("self_attn.qkv_proj.weight[k]", "self_attention.linear_qkv.weight[k]", ClassAttention, KV, kv, H))
 			add(w("self_attn.qkv_proj.weight[v]", "self_attention.linear_qkv.weight[v]", ClassAttention, KV, kv, H))
+			if c.QKVBias {
+				add(w("self_attn.qkv_proj.bias[q]", "self_attention.linear_qkv.bias[q]", ClassAttention, Column, q))
+				add(w("self_attn.qkv_proj.bias[k]", "self_attention.linear_qkv.bias[k]", ClassAttention, KV, kv))
+				add(w("self_attn.qkv_proj.bias[v]", "self_attention.linear_qkv.bias[v]", ClassAttention, KV, kv))
+			}
 			add(w("self_attn.o_proj.weight", "self_attention.linear_proj.weight", ClassAttention, Row, H, q))
 			if c.QKNorm {
 				add(w("self_attn.q_norm.weight", "self_attention.q_layernorm.weight", ClassNorm, Replicated, c.HeadDim))
@@ -198,14 +203,15 @@ func (c *Config) layerWeights(add func(Weight), l int, m string) {
 			return
 		}
 		E, I := int64(c.Experts), c.MoEIntermediate
-		add(w("mlp.gate.weight", "mlp.router.weight", ClassRouter, Replicated, E, H))
+		b := c.moeBlock + "." // vLLM's module; Megatron's is mlp
+		add(w(b+"gate.weight", "mlp.router.weight", ClassRouter, Replicated, E, H))
 		if c.RouterBias {
-			add(w("mlp.gate.e_score_correction_bias", "mlp.router.expert_bias", ClassRouter, Replicated, E))
+			add(w(b+"gate.e_score_correction_bias", "mlp.router.expert_bias", ClassRouter, Replicated, E))
 		}
 		for _, x := range []Weight{
-			w("mlp.experts.w13_weight[gate]", "mlp.experts.linear_fc1.weight[gate]", ClassExperts, ExpertColumn, E, I, H),
-			w("mlp.experts.w13_weight[up]", "mlp.experts.linear_fc1.weight[up]", ClassExperts, ExpertColumn, E, I, H),
-			w("mlp.experts.w2_weight", "mlp.experts.linear_fc2.weight", ClassExperts, ExpertRow, E, H, I),
+			w(b+"experts.w13_weight[gate]", "mlp.experts.linear_fc1.weight[gate]", ClassExperts, ExpertColumn, E, I, H),
+			w(b+"experts.w13_weight[up]", "mlp.experts.linear_fc1.weight[up]", ClassExperts, ExpertColumn, E, I, H),
+			w(b+"experts.w2_weight", "mlp.experts.linear_fc2.weight", ClassExperts, ExpertRow, E, H, I),
 		} {
 			x.HF = c.Experts
 			add(x)

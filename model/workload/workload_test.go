@@ -47,6 +47,18 @@ func TestParamCounts(t *testing.T) {
 		// Kimi-K2: the deepseek_v3 family with 384 experts, 64 heads, one
 		// dense layer and no MTP layer: 1.03 T parameters.
 		{"kimi-k2", 69975, 1_026_408_232_448, 0, 0, 1035, 1, 61},
+		// Families beside them, each against its checkpoint's published
+		// size (the safetensors index's total_size, bf16: 2 bytes a
+		// parameter): Qwen3-8B 16,381,470,720 bytes; Qwen2.5-7B (q, k, v
+		// biases) 15,231,233,024; Mistral-7B-v0.1 14,483,464,192;
+		// Mixtral-8x7B (8 experts in every layer, w1/w3/w2)
+		// 93,405,585,408; DeepSeek-V2-Lite (MLA without q_lora_rank, 64
+		// experts and 2 shared, no router bias) 31,412,968,448.
+		{"qwen3-8b", 399, 8_190_735_360, 0, 0, 399, -1, 36},
+		{"qwen2.5-7b", 339, 7_615_616_512, 0, 0, 339, -1, 28},
+		{"mistral-7b", 291, 7_241_732_096, 0, 0, 291, -1, 32},
+		{"mixtral-8x7b", 995, 46_702_792_704, 0, 0, 323, 0, 32},
+		{"deepseek-v2-lite", 5291, 15_706_484_224, 0, 0, 377, 1, 27},
 	} {
 		t.Run(tc.model, func(t *testing.T) {
 			c := builtin(t, tc.model)
@@ -113,6 +125,9 @@ func TestConfigErrors(t *testing.T) {
 	dsv3, _ := scenarios.Model("deepseek-v3")
 	qwen, _ := scenarios.Model("qwen3-235b-a22b")
 	llama, _ := scenarios.Model("llama-3.1-70b")
+	mixtral, _ := scenarios.Model("mixtral-8x7b")
+	v2, _ := scenarios.Model("deepseek-v2-lite")
+	qwen2, _ := scenarios.Model("qwen2.5-7b")
 	edit := func(doc []byte, f func(m map[string]any)) []byte {
 		var m map[string]any
 		if err := json.Unmarshal(doc, &m); err != nil {
@@ -145,6 +160,11 @@ func TestConfigErrors(t *testing.T) {
 		{"heads vs kv", set(llama, "num_key_value_heads", 7), "num_attention_heads = 64: not a multiple of num_key_value_heads = 7"},
 		{"bias", set(llama, "attention_bias", true), "attention_bias = true: attention biases are not modeled"},
 		{"not json", []byte("{"), "c.json: not a JSON object"},
+		{"mixtral experts", drop(mixtral, "num_local_experts"), "num_local_experts: missing; the mixtral family needs it"},
+		{"mixtral expert width", drop(mixtral, "intermediate_size"), "intermediate_size: missing; the mixtral family needs it"},
+		{"deepseek_v2 rank", drop(v2, "kv_lora_rank"), "kv_lora_rank: missing; the deepseek_v2 family needs it"},
+		{"qwen2 kv", set(qwen2, "num_key_value_heads", 5), "num_attention_heads = 28: not a multiple of num_key_value_heads = 5"},
+		{"the families listed", set(llama, "model_type", "gpt9"), "(known: deepseek_v2, deepseek_v3, llama, mistral, mixtral, qwen2, qwen3, qwen3_moe)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseConfig("c.json", tc.doc)
@@ -535,5 +555,61 @@ func TestQuantizedWorkload(t *testing.T) {
 	spec.Config, spec.Generator = builtin(t, "kimi-k2"), VLLM{TP: 16, DP: 8, EP: 128, Ranks: layout.RankRange(256, 128)}
 	if _, err := spec.Tensors(); err == nil || !strings.Contains(err.Error(), "num_nextn_predict_layers = 0") {
 		t.Errorf("Kimi-K2 with mtp: %v", err)
+	}
+}
+
+// The families' own tensors: Qwen2's q, k and v biases sharded as their
+// weights, Qwen3's head norms,
+// Mixtral's experts under block_sparse_moe, DeepSeek-V2 without a router
+// bias.
+func TestFamilyTensors(t *testing.T) {
+	names := func(model string, g VLLM) map[string]Tensor {
+		t.Helper()
+		c := builtin(t, model)
+		m := Megatron{TP: 2, CP: 1, DP: 1, PP: 1, EP: 1, ETP: 2, Ranks: layout.RankRange(0, 2)}
+		if c.Experts > 0 {
+			m.EP, m.ETP = 2, 1
+		}
+		g.Ranks = layout.RankRange(2, g.World())
+		spec := Spec{Config: c, DType: layout.BF16, Trainer: m, Generator: g}
+		ts, err := spec.Tensors()
+		if err != nil {
+			t.Fatalf("%s: %v", model, err)
+		}
+		out := map[string]Tensor{}
+		for _, x := range ts {
+			out[x.Name] = x
+			for _, y := range x.Members {
+				out[y.Name] = x
+			}
+		}
+		return out
+	}
+	q2 := names("qwen2.5-7b", VLLM{TP: 4, DP: 2, EP: 1})
+	if b := q2["model.layers.5.self_attn.qkv_proj.bias[k]"]; b.Dst.String() != "[512] bf16 on [2 4] ranks 2-9 [R, S(0)]" || b.Src.String() != "[512] bf16 on [2] ranks 0-1 [S(0)]" {
+		t.Errorf("qwen2 k bias: %s -> %s", b.Src, b.Dst)
+	}
+	if b := q2["model.layers.5.self_attn.qkv_proj.bias[q]"]; b.Dst.String() != "[3584] bf16 on [2 4] ranks 2-9 [R, S(0)]" {
+		t.Errorf("qwen2 q bias: -> %s", b.Dst)
+	}
+	if _, ok := q2["model.layers.5.self_attn.o_proj.bias"]; ok {
+		t.Error("qwen2: o_proj has no bias")
+	}
+	if _, ok := names("qwen3-8b", VLLM{TP: 8, DP: 1, EP: 1})["model.layers.0.self_attn.k_norm.weight"]; !ok {
+		t.Error("qwen3: no k_norm")
+	}
+	mx := names("mixtral-8x7b", VLLM{TP: 2, DP: 2, EP: 4})
+	if w := mx["model.layers.31.block_sparse_moe.experts.w2_weight"]; w.Dst.String() != "[8 4096 14336] bf16 on [2 2] ranks 2-5 [S(0), S(0)]" {
+		t.Errorf("mixtral w2: -> %s", w.Dst)
+	}
+	if _, ok := mx["model.layers.0.block_sparse_moe.gate.weight"]; !ok {
+		t.Error("mixtral: no router under block_sparse_moe")
+	}
+	v2 := names("deepseek-v2-lite", VLLM{TP: 2, DP: 1, EP: 1})
+	if _, ok := v2["model.layers.1.mlp.gate.e_score_correction_bias"]; ok {
+		t.Error("deepseek_v2: a router bias")
+	}
+	if _, ok := v2["model.layers.1.self_attn.q_proj.weight"]; !ok {
+		t.Error("deepseek_v2 lite: no q_proj (q_lora_rank is null)")
 	}
 }
