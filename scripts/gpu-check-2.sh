@@ -55,6 +55,10 @@ one moe-auto --route flat,hierarchical moe-2gpu
 one moe-nccl --transport nccl --route flat,hierarchical --profile moe-2gpu
 one moe-legacy --transport nccl --route agbcast,nemo-legacy --staging-cap 8GiB moe-2gpu
 perproc moe-perproc-nccl --transport nccl --route flat moe-2gpu
+step "five more families, 2 layers each (families-2gpu: held out, the model not developed on them)"
+one families-nccl --transport nccl families-2gpu
+one families-copy --transport copy families-2gpu
+perproc families-perproc-nccl --transport nccl --route flat,hierarchical families-2gpu
 step "the same jobs in PyTorch (scripts/torch_refit.py), on the same GPUs"
 for m in dense moe; do
 	bin/m2n plan --route flat --point dst=bf16 --ir "$OUT/$m-refit.ir" "$m-2gpu" > /dev/null

@@ -22,6 +22,9 @@ step "fp8 scale layouts (dense-2gpu-scales: block, per channel, per tensor), loo
 timeout 300 bin/m2n run --iters 5 --warmup 2 --json dense-2gpu-scales > "$OUT/loop-scales.json"
 step "the same at generator TP2 (row-parallel shards cut per-channel and per-tensor blocks), loopback"
 timeout 300 bin/m2n run --iters 5 --warmup 2 --json dense-2gpu-tp2-scales > "$OUT/loop-tp2-scales.json"
+step "five more families, 2 layers each (families-2gpu), loopback, copies and NCCL"
+timeout 200 bin/m2n run --iters 5 --warmup 2 --json families-2gpu > "$OUT/families-copy.json"
+timeout 200 bin/m2n run --transport nccl --iters 5 --warmup 2 --json families-2gpu > "$OUT/families-nccl.json"
 step "kernel throughput (m2n)"; timeout 150 bin/native.test -test.run '^$' -test.bench GPU -test.benchtime 1x 2>&1 | grep '^box\|^geometry\|^batch'
 step "kernel throughput (PyTorch)"; python3 scripts/torch_pack.py
 step "legacy path in PyTorch (one GPU: a smoke test of the script)"
