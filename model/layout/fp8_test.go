@@ -300,23 +300,8 @@ func TestScaleLayoutRandom(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	accepted := 0
 	for it := 0; it < 3000; it++ {
-		nd := 2 + rng.IntN(2)
-		shape := make([]int64, nd)
-		for d := range shape {
-			shape[d] = int64(1 + rng.IntN(12))
-		}
-		axes := 1 + rng.IntN(3)
-		ms := make([]int, axes)
-		pl := make([]Placement, axes)
-		n := 1
-		for a := range ms {
-			ms[a] = 1 + rng.IntN(4)
-			n *= ms[a]
-			if rng.IntN(3) > 0 {
-				pl[a] = Placement{Shard: true, Dim: rng.IntN(nd)}
-			}
-		}
-		l := Layout{Shape: shape, DType: BF16, Mesh: Mesh{Shape: ms, Ranks: seq(n)}, Placements: pl}
+		l := randomMatrixLayout(rng, BF16)
+		shape, nd, n := l.Shape, len(l.Shape), len(l.Mesh.Ranks)
 		q := Quant{Scheme: QuantScheme(1 + rng.IntN(3)), Block: [2]int64{int64(1 + rng.IntN(4)), int64(1 + rng.IntN(4))}}
 		sl, err := ScaleLayout(l, q)
 		if err != nil {
@@ -347,6 +332,29 @@ func TestScaleLayoutRandom(t *testing.T) {
 	if accepted < 300 {
 		t.Errorf("only %d of 3000 random layouts hold whole blocks: the test checks little", accepted)
 	}
+}
+
+// randomMatrixLayout is a random layout of dtype dt: two or three dims of
+// 1 to 12, one to three mesh axes of 1 to 4 ranks, each sharding a random
+// dim two times in three.
+func randomMatrixLayout(rng *rand.Rand, dt DType) Layout {
+	nd := 2 + rng.IntN(2)
+	shape := make([]int64, nd)
+	for d := range shape {
+		shape[d] = int64(1 + rng.IntN(12))
+	}
+	axes := 1 + rng.IntN(3)
+	ms := make([]int, axes)
+	pl := make([]Placement, axes)
+	n := 1
+	for a := range ms {
+		ms[a] = 1 + rng.IntN(4)
+		n *= ms[a]
+		if rng.IntN(3) > 0 {
+			pl[a] = Placement{Shard: true, Dim: rng.IntN(nd)}
+		}
+	}
+	return Layout{Shape: shape, DType: dt, Mesh: Mesh{Shape: ms, Ranks: seq(n)}, Placements: pl}
 }
 
 func seq(n int) []int {
@@ -428,23 +436,8 @@ func TestQuantShardForLayout(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	resolved, refused := 0, 0
 	for it := 0; it < 2000; it++ {
-		nd := 2 + rng.IntN(2)
-		shape := make([]int64, nd)
-		for d := range shape {
-			shape[d] = int64(1 + rng.IntN(12))
-		}
-		axes := 1 + rng.IntN(3)
-		ms := make([]int, axes)
-		pl := make([]Placement, axes)
-		n := 1
-		for a := range ms {
-			ms[a] = 1 + rng.IntN(4)
-			n *= ms[a]
-			if rng.IntN(3) > 0 {
-				pl[a] = Placement{Shard: true, Dim: rng.IntN(nd)}
-			}
-		}
-		l := Layout{Shape: shape, DType: FP8E4M3, Mesh: Mesh{Shape: ms, Ranks: seq(n)}, Placements: pl}
+		l := randomMatrixLayout(rng, FP8E4M3)
+		shape, nd, n, ms, pl := l.Shape, len(l.Shape), len(l.Mesh.Ranks), l.Mesh.Shape, l.Placements
 		q, err := Quant{Scheme: QuantShard}.ForLayout(l)
 		if err != nil {
 			// Refused only where nested uneven splits make shards of
