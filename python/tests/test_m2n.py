@@ -212,6 +212,16 @@ class PlanTest(unittest.TestCase):
             self.assertEqual(scale["name"], "w.weight_scale")
             self.assertEqual(scale["dst"]["placements"], ["R"])
             self.assertEqual(plan.check_on_host(seed=6)["wrong_bytes"], 0)
+        # The same shard in shard scales (vLLM's online fp8): each rank's
+        # shard its block, a scale a rank, the scale tensor split as the
+        # weight; every byte right on the host.
+        own = m2n.Tensor("w.weight", [256, 512], "bf16", src=m2n.Layout([1], [0], ["R"]), dst=m2n.Layout([2], [0, 1], ["S(1)"]),
+                         dst_dtype="fp8_e4m3", scales="shard")
+        with m2n.Plan.from_tensors([own], {"preset": "hgx-h200"}, route="flat") as plan:
+            w, scale = plan.ir["tensors"][0], plan.ir["tensors"][1]
+            self.assertEqual(w["quant"], {"scheme": "shard", "block": [256, 256]})
+            self.assertEqual((scale["name"], scale["shape"], scale["dst"]["placements"]), ("w.weight_scale", [1, 2], ["S(1)"]))
+            self.assertEqual(plan.check_on_host(seed=7)["wrong_bytes"], 0)
         # m2n's own refusal comes back naming the tensor: a TP that cuts
         # 128 x 128 blocks.
         bad = m2n.Tensor("w.weight", [256, 320], "bf16", src=m2n.Layout([1], [0], ["R"]), dst=m2n.Layout([2], [0, 1], ["S(1)"]),
