@@ -98,6 +98,40 @@ func TestModelPackFormula(t *testing.T) {
 	}
 }
 
+// Contiguous local copies (byte ranges of staging on one rank): alone,
+// each is a copy engine's or the contiguous kernel's and moves read plus
+// write at the memory's rate; two of them in one batch are the batch
+// kernel's long runs, at pack_long of it together.
+func TestModelContiguousCopyFormula(t *testing.T) {
+	tp := machine()
+	const n = 64 << 20
+	s := &ir.Schedule{World: []ir.Rank{{Rank: 0, GPU: 0, Domain: 0}}}
+	for i := range 4 {
+		s.Buffers = append(s.Buffers, ir.Buffer{ID: i, Rank: 0, Kind: ir.Staging, Tensor: -1, Bytes: n})
+	}
+	one := func(src, dst int32) {
+		s.AddOp(ir.Op{Kind: ir.Copy, Rank: 0, Peer: -1, Match: -1, Src: ir.Region{Buf: src, Bytes: n}, Dst: ir.Region{Buf: dst, Bytes: n}})
+	}
+	one(0, 1)
+	one(2, 3)
+	for _, c := range []struct {
+		name    string
+		noBatch bool
+		want    units.Time
+	}{
+		// One after the other on their stream, each at the memory's rate.
+		{"alone", true, 2 * (tp.LatencyLocal + seconds(2*n, tp.Memory))},
+		// One kernel: both at once, sharing pack_long of the memory.
+		{"in a batch", false, tp.LatencyLocal + seconds(4*n, units.Bandwidth(tp.Executor.PackLong*float64(tp.Memory)))},
+	} {
+		r, err := Run(s, tp, Options{Loopback: true, Exec: Exec{Transport: "copy", Graph: true, Lanes: 1, NoBatch: c.noBatch}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		within(t, c.name, r.Makespan, c.want)
+	}
+}
+
 // xfer is one transfer of n bytes from rank 0 (GPU 0) to rank 1 (GPU 1).
 func xfer(n int64) *ir.Schedule {
 	shape := []int64{n / 2}

@@ -279,7 +279,15 @@ func model(s *ir.Schedule, tp *topo.Topology, opt Options) (*modeled, error) {
 						olw += tp.LatencyLocal + costs.BoxLatency
 					}
 				} else {
-					coef = packRate(program.ClassOf(s, &op))
+					class := program.ClassOf(s, &op)
+					if st.Batch != nil && class == program.Contiguous {
+						// In a batch, a contiguous copy is the batch
+						// kernel's long runs (units of 64 KiB segments),
+						// not a copy engine's or the contiguous kernel's
+						// copy: its rate is pack_long's.
+						class = program.LongRuns
+					}
+					coef = packRate(class)
 					// A batch beside NCCL kernels runs on the grid they
 					// leave it (waves mode): its copies share their lane's
 					// resource, batch_shared of the memory rate, below.
