@@ -268,6 +268,25 @@ func FuzzDecode(f *testing.F) {
 		b, _ := json.Marshal(smallCapped(f, r))
 		f.Add(b)
 	}
+	// Quantized destinations: per channel cut by a column split (landed
+	// whole), and shard scales (a scale a rank's shard).
+	for _, scheme := range []layout.QuantScheme{layout.QuantChannel, layout.QuantShard} {
+		shape := []int64{8, 32}
+		src := layout.Layout{Shape: shape, DType: layout.BF16, Mesh: layout.Mesh{Shape: []int{2}, Ranks: []int{0, 1}}, Placements: []layout.Placement{layout.S(0)}}
+		dst := layout.Layout{Shape: shape, DType: layout.FP8E4M3, Mesh: layout.Mesh{Shape: []int{2}, Ranks: []int{4, 5}}, Placements: []layout.Placement{layout.S(1)}}
+		q, err := layout.Quant{Scheme: scheme}.ForLayout(dst)
+		if err != nil {
+			f.Fatal(err)
+		}
+		tp, _ := topo.Preset("hgx-h200")
+		tp.GPUsPerDomain, tp.Domains = 4, 2
+		s, err := plan.Build([]ir.Tensor{{Name: "w.weight", Src: src, Dst: dst, Quant: q}}, tp, plan.Options{Route: plan.Flat, ChunkBytes: 64})
+		if err != nil {
+			f.Fatal(err)
+		}
+		b, _ := json.Marshal(s)
+		f.Add(b)
+	}
 	docs, _ := filepath.Glob("testdata/*.json")
 	for _, d := range docs {
 		b, err := os.ReadFile(d)
