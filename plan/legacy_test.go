@@ -98,8 +98,10 @@ func smallConfig(rng *rand.Rand, family string) *workload.Config {
 
 // Whole small models, every family, random Megatron and vLLM layouts
 // (pipeline stages, expert parallelism, fused parts, buckets, overlapping
-// trainer and generator ranks): every route delivers every destination
-// byte exactly (the host executor checks each one).
+// trainer and generator ranks), one in four with the generator's linear
+// weights in fp8 in shard scales: every route delivers every destination
+// byte exactly (the host executor checks each one, fp8 bytes and scales
+// against the reference quantizer).
 func TestWorkloadRoutesExact(t *testing.T) {
 	rng := rand.New(rand.NewPCG(31, 32))
 	n := 30
@@ -138,26 +140,29 @@ func TestWorkloadRoutesExact(t *testing.T) {
 		}
 		gen.Ranks = layout.RankRange(first, gen.World())
 		spec := workload.Spec{Config: c, DType: layout.BF16, Trainer: tr, Generator: gen, BucketBytes: []int64{0, 64, 1 << 10}[rng.IntN(3)]}
+		if i%4 == 1 { // the generator's linear weights in fp8, a scale a rank's shard
+			spec.Quant = layout.Quant{Scheme: layout.QuantShard}
+		}
 		ws, err := spec.Tensors()
 		if err != nil {
 			t.Fatalf("case %d (%s): %v", i, family, err)
 		}
 		tensors := make([]ir.Tensor, len(ws))
 		for k, w := range ws {
-			tensors[k] = ir.Tensor{Name: w.Name, Src: w.Src, Dst: w.Dst}
+			tensors[k] = ir.Tensor{Name: w.Name, Src: w.Src, Dst: w.Dst, Quant: w.Quant}
 		}
 		tp, _ := topo.Preset("hgx-h200")
 		tp.GPUsPerDomain = 2 + rng.IntN(7)
 		tp.Domains = (first+gen.World()+tr.World())/tp.GPUsPerDomain + 1
 		chunk := int64(16 << rng.IntN(5))
-		desc := fmt.Sprintf("case %d: %s trainer %+v generator %+v bucket %d chunk %d", i, family, tr, gen, spec.BucketBytes, chunk)
+		desc := fmt.Sprintf("case %d: %s trainer %+v generator %+v bucket %d chunk %d %v", i, family, tr, gen, spec.BucketBytes, chunk, spec.Quant)
 		for _, route := range Routes {
 			s, err := Build(tensors, tp, Options{Route: route, ChunkBytes: chunk})
 			if err != nil {
 				t.Fatalf("%s %s: %v", desc, route, err)
 			}
 			runOnHost(t, s, uint64(i), desc+" "+route)
-			if i%3 == 0 { // and under a staging cap, reused across tensors
+			if i%3 == 0 && !spec.Quant.On() { // and under a staging cap, reused across tensors (quantized copies stay outside the cap: TestQuantRoutesExact)
 				checkCapped(t, desc+" "+route, rand.New(rand.NewPCG(uint64(i), 9)), tensors, tp, Options{Route: route, ChunkBytes: chunk}, s)
 			}
 		}
