@@ -80,7 +80,7 @@ func smallConfig(rng *rand.Rand, family string) *workload.Config {
 		m["moe_intermediate_size"] = 8
 		m["intermediate_size"] = 16
 		m["mlp_only_layers"] = []int{rng.IntN(2)}
-	case workload.Llama, workload.Mistral, workload.Qwen3, workload.Qwen2:
+	case workload.Llama, workload.Mistral, workload.Qwen3, workload.Qwen2, workload.Gemma2:
 		m["num_key_value_heads"] = 2
 		m["intermediate_size"] = 16
 	case workload.Mixtral:

@@ -65,7 +65,7 @@ for m in dense moe; do
 	timeout 300 torchrun --nproc-per-node 2 scripts/torch_refit.py --ir "$OUT/$m-refit.ir" --iters "$ITERS" --json "$OUT/torch-$m.json" 2>&1 | grep torch_refit
 	rm -f "$OUT/$m-refit.ir"
 done
-for m in deepseek-v2-lite mixtral-8x7b qwen3-8b qwen2.5-7b mistral-7b; do
+for m in deepseek-v2-lite mixtral-8x7b qwen3-8b qwen2.5-7b mistral-7b gemma-2-9b; do
 	bin/m2n plan --route flat --point "model=$m" --ir "$OUT/$m-refit.ir" families-2gpu > /dev/null
 	timeout 300 torchrun --nproc-per-node 2 scripts/torch_refit.py --ir "$OUT/$m-refit.ir" --iters "$ITERS" --json "$OUT/torch-$m.json" 2>&1 | grep torch_refit
 	rm -f "$OUT/$m-refit.ir"

@@ -25,11 +25,12 @@ const (
 	Llama      = "llama"       // Llama 3.x: GQA, dense gated MLP
 	Mistral    = "mistral"     // Mistral: Llama's tensors (its sliding window changes none)
 	Mixtral    = "mixtral"     // Mixtral: GQA, routed experts in every layer (block_sparse_moe)
+	Gemma2     = "gemma2"      // Gemma 2: GQA, norms before and after attention and MLP, tied embeddings
 )
 
 // Families lists the model families m2n reads, sorted.
 func Families() []string {
-	return []string{DeepSeekV2, DeepSeekV3, Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen3MoE}
+	return []string{DeepSeekV2, DeepSeekV3, Gemma2, Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen3MoE}
 }
 
 // Config is the part of a Hugging Face config.json that fixes the model's
@@ -47,6 +48,10 @@ type Config struct {
 	TieEmbeddings bool  // tie_word_embeddings: lm_head shares embed_tokens
 	QKNorm        bool  // per-head q_norm and k_norm (Qwen3)
 	QKVBias       bool  // q, k and v projection biases (Qwen2)
+	// SandwichNorms: a norm after attention and one before and one
+	// after the MLP (Gemma 2: post_attention_layernorm,
+	// pre_feedforward_layernorm, post_feedforward_layernorm).
+	SandwichNorms bool
 
 	// Mixture of experts (Experts == 0: a dense model).
 	Experts         int   // n_routed_experts / num_experts
@@ -122,6 +127,11 @@ func ParseConfig(origin string, data []byte) (*Config, error) {
 		r.llama(c)
 	case Mixtral:
 		r.mixtral(c)
+	case Gemma2:
+		r.llama(c)
+		c.SandwichNorms = true
+		// Gemma2Config ties the LM head to the embedding unless told.
+		c.TieEmbeddings = r.optBool("tie_word_embeddings", true)
 	default:
 		return nil, fmt.Errorf("%s: model_type %q: not a family m2n knows (known: %s)", origin, c.ModelType, strings.Join(Families(), ", "))
 	}

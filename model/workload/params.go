@@ -104,6 +104,10 @@ func (c *Config) layerParams(out []Param, l int, mtp bool) []Param {
 		}
 	}
 	add("post_attention_layernorm.weight", H)
+	if c.SandwichNorms {
+		add("pre_feedforward_layernorm.weight", H)
+		add("post_feedforward_layernorm.weight", H)
+	}
 	if !c.MoELayer(l) {
 		add("mlp.gate_proj.weight", c.Intermediate, H)
 		add("mlp.up_proj.weight", c.Intermediate, H)

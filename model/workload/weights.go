@@ -194,12 +194,21 @@ func (c *Config) layerWeights(add func(Weight), l int, m string) {
 				add(w("self_attn.k_norm.weight", "self_attention.k_layernorm.weight", ClassNorm, Replicated, c.HeadDim))
 			}
 		}
-		add(w("post_attention_layernorm.weight", "pre_mlp_layernorm.weight", ClassNorm, Replicated, H))
+		if c.SandwichNorms {
+			// Megatron-Bridge's Gemma 2 names (gemma2_bridge.py).
+			add(w("post_attention_layernorm.weight", "self_attention.linear_proj.post_layernorm.weight", ClassNorm, Replicated, H))
+			add(w("pre_feedforward_layernorm.weight", "pre_mlp_layernorm.weight", ClassNorm, Replicated, H))
+		} else {
+			add(w("post_attention_layernorm.weight", "pre_mlp_layernorm.weight", ClassNorm, Replicated, H))
+		}
 		if !c.MoELayer(l) {
 			I := c.Intermediate
 			add(w("mlp.gate_up_proj.weight[gate]", "mlp.linear_fc1.weight[gate]", ClassDenseMLP, Column, I, H))
 			add(w("mlp.gate_up_proj.weight[up]", "mlp.linear_fc1.weight[up]", ClassDenseMLP, Column, I, H))
 			add(w("mlp.down_proj.weight", "mlp.linear_fc2.weight", ClassDenseMLP, Row, H, I))
+			if c.SandwichNorms {
+				add(w("post_feedforward_layernorm.weight", "mlp.linear_fc2.post_layernorm.weight", ClassNorm, Replicated, H))
+			}
 			return
 		}
 		E, I := int64(c.Experts), c.MoEIntermediate

@@ -59,6 +59,9 @@ func TestParamCounts(t *testing.T) {
 		{"mistral-7b", 291, 7_241_732_096, 0, 0, 291, -1, 32},
 		{"mixtral-8x7b", 995, 46_702_792_704, 0, 0, 323, 0, 32},
 		{"deepseek-v2-lite", 5291, 15_706_484_224, 0, 0, 377, 1, 27},
+		// Gemma-2-9B: four norms a layer, the head tied to the embedding
+		// (Gemma2Config's default): its published 9.24 B.
+		{"gemma-2-9b", 464, 9_241_705_984, 0, 0, 464, -1, 42},
 	} {
 		t.Run(tc.model, func(t *testing.T) {
 			c := builtin(t, tc.model)
@@ -164,7 +167,7 @@ func TestConfigErrors(t *testing.T) {
 		{"mixtral expert width", drop(mixtral, "intermediate_size"), "intermediate_size: missing; the mixtral family needs it"},
 		{"deepseek_v2 rank", drop(v2, "kv_lora_rank"), "kv_lora_rank: missing; the deepseek_v2 family needs it"},
 		{"qwen2 kv", set(qwen2, "num_key_value_heads", 5), "num_attention_heads = 28: not a multiple of num_key_value_heads = 5"},
-		{"the families listed", set(llama, "model_type", "gpt9"), "(known: deepseek_v2, deepseek_v3, llama, mistral, mixtral, qwen2, qwen3, qwen3_moe)"},
+		{"the families listed", set(llama, "model_type", "gpt9"), "(known: deepseek_v2, deepseek_v3, gemma2, llama, mistral, mixtral, qwen2, qwen3, qwen3_moe)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseConfig("c.json", tc.doc)
@@ -559,7 +562,7 @@ func TestQuantizedWorkload(t *testing.T) {
 }
 
 // The families' own tensors: Qwen2's q, k and v biases sharded as their
-// weights, Qwen3's head norms,
+// weights, Qwen3's head norms, Gemma 2's four norms and tied head,
 // Mixtral's experts under block_sparse_moe, DeepSeek-V2 without a router
 // bias.
 func TestFamilyTensors(t *testing.T) {
@@ -604,6 +607,15 @@ func TestFamilyTensors(t *testing.T) {
 	}
 	if _, ok := mx["model.layers.0.block_sparse_moe.gate.weight"]; !ok {
 		t.Error("mixtral: no router under block_sparse_moe")
+	}
+	g2 := names("gemma-2-9b", VLLM{TP: 2, DP: 1, EP: 1})
+	for _, n := range []string{"post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"} {
+		if _, ok := g2["model.layers.41."+n+".weight"]; !ok {
+			t.Errorf("gemma2: no %s", n)
+		}
+	}
+	if _, ok := g2["lm_head.weight"]; ok {
+		t.Error("gemma2: an lm_head (tied to the embedding)")
 	}
 	v2 := names("deepseek-v2-lite", VLLM{TP: 2, DP: 1, EP: 1})
 	if _, ok := v2["model.layers.1.mlp.gate.e_score_correction_bias"]; ok {
