@@ -64,6 +64,9 @@ loopbacks() {
 	ITERS=5 loop loop-tp2-scales dense-2gpu-tp2-scales
 	step "held out: FP8 on the wire (fp8-2gpu) in loopback"
 	loop loop-fp8 fp8-2gpu
+	step "held out: six more model families (families-2gpu, two layers each) in loopback"
+	ITERS=5 loop loop-families-copy families-2gpu
+	ITERS=5 loop loop-families-nccl --transport nccl families-2gpu
 }
 {
 for k in $(seq 1 "$CAL"); do
@@ -104,6 +107,10 @@ if [ "$NGPU" -ge 2 ]; then
 	step "held out: FP8 on the wire (fp8-2gpu), two GPUs"
 	one fp8-1proc-auto fp8-2gpu
 	one fp8-1proc-nccl --transport nccl fp8-2gpu
+	step "held out: six more model families (families-2gpu), two GPUs"
+	one families-1proc-nccl --transport nccl families-2gpu
+	one families-1proc-copy --transport copy families-2gpu
+	perproc families-perproc-nccl --transport nccl --route flat,hierarchical families-2gpu
 fi
 loopbacks
 step "every run"; python3 scripts/gpu_table.py "$OUT"/*.json

@@ -34,6 +34,8 @@ CONFIGS = {
     "scales": ["dense-2gpu-scales"],
     "loop-scales": ["--loopback", "dense-2gpu-scales"],
     "loop-tp2-scales": ["--loopback", "dense-2gpu-tp2-scales"],
+    "loop-families": ["--loopback", "families-2gpu"],
+    "families": ["families-2gpu"],
 }
 
 
