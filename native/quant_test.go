@@ -159,9 +159,10 @@ func TestExecutorShardScalesOnFake(t *testing.T) {
 
 // cutBlockSchedule plans, by route with chunks of chunk bytes, one
 // row-parallel weight of that shape and source dtype: split by columns
-// over ranks 0-1, to fp8 in scheme's scales replicated over two pairs
-// (ranks 0-3) and split by columns there, so that per-channel and
-// per-tensor blocks are cut (vLLM's o_proj and down_proj at TP 2).
+// over ranks 0-1, to fp8 in scheme's scales (resolved for the
+// destination) replicated over two pairs (ranks 0-3) and split by columns
+// there, so that per-channel and per-tensor blocks are cut (vLLM's o_proj
+// and down_proj at TP 2); shard scales' blocks are the shards.
 func cutBlockSchedule(t *testing.T, tp *topo.Topology, shape []int64, dt layout.DType, scheme layout.QuantScheme, route string, chunk int64) *ir.Schedule {
 	t.Helper()
 	src := layout.Layout{Shape: shape, DType: dt, Mesh: layout.Mesh{Shape: []int{2}, Ranks: []int{0, 1}}, Placements: []layout.Placement{layout.S(1)}}

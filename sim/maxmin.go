@@ -160,9 +160,9 @@ type aggEntry struct {
 type flowState struct {
 	mark   uint32 // the epoch of the solve whose S holds it
 	group  int32  // its group; -1 before its first solve (its rate is its group's level: rateOf)
-	_      int64
-	nrate  int64 // its new rate in this solve
-	capG   int32 // its cap's group, or -1
+	_      int64  // unused: keeps the coefficients on the second line
+	nrate  int64  // its new rate in this solve
+	capG   int32  // its cap's group, or -1
 	n      int8
 	bkt    uint8   // its path slots on resources that keep buckets, a bit each
 	frozen bool    // frozen in this refill

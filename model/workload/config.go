@@ -131,7 +131,7 @@ func ParseConfig(origin string, data []byte) (*Config, error) {
 		r.llama(c)
 		c.SandwichNorms = true
 		// Gemma2Config ties the LM head to the embedding unless told.
-		c.TieEmbeddings = r.optBool("tie_word_embeddings", true)
+		c.TieEmbeddings = c.TieEmbeddings || !r.present("tie_word_embeddings")
 	default:
 		return nil, fmt.Errorf("%s: model_type %q: not a family m2n knows (known: %s)", origin, c.ModelType, strings.Join(Families(), ", "))
 	}
