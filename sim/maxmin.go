@@ -905,6 +905,17 @@ func (f *fluid) fillAgg(e uint32) {
 		f.entHi[r] = int32(len(ents))
 	}
 	bh := f.bounds[:0]
+	// Flows of one group come in a run (X is A's group members first),
+	// and share their rate and, slot by slot, mostly their resources:
+	// per path slot, the entry the last flow's slot was taken from.
+	var memo [maxPath]struct {
+		r    int32
+		rate int64
+		j    int32
+	}
+	for k := range memo {
+		memo[k].r = -1
+	}
 	for _, id := range X {
 		fl := &f.flows[id]
 		b := int64(noLevel)
@@ -927,10 +938,13 @@ func (f *fluid) fillAgg(e uint32) {
 			}
 			f.xl[r] = append(f.xl[r], id)
 			if inBucket {
-				if f.bkt[r].ix == nil {
-					f.takeEntry(ents, r, rate, fl.coef[k])
-				} else {
-					f.takeIndexed(ents, r, rate, fl.coef[k])
+				m := &memo[k]
+				if m.r != r || m.rate != rate {
+					m.r, m.rate, m.j = r, rate, f.entryOf(ents, r, rate)
+				}
+				if m.j >= 0 {
+					ents[m.j].w -= fl.coef[k]
+					ents[m.j].c--
 				}
 			}
 		}
@@ -1020,6 +1034,22 @@ func (f *fluid) takeEntry(ents []aggEntry, r int32, rate, coef int64) {
 			return
 		}
 	}
+}
+
+// entryOf is the index in ents of resource r's entry at rate, or -1.
+func (f *fluid) entryOf(ents []aggEntry, r int32, rate int64) int32 {
+	if f.bkt[r].ix == nil {
+		for i := f.entLo[r]; i < f.entHi[r]; i++ {
+			if ents[i].rate == rate {
+				return i
+			}
+		}
+		return -1
+	}
+	if b := f.bkt[r].find(rate); b >= 0 {
+		return f.entLo[r] + int32(b)
+	}
+	return -1
 }
 
 // takeIndexed is takeEntry where r's buckets are indexed (its entries
