@@ -1023,19 +1023,6 @@ func (f *fluid) fillAgg(e uint32) {
 	f.check = act[:0]
 }
 
-// takeEntry takes a flow's slot on resource r of A, of coefficient coef,
-// out of r's entry at rate, where r's buckets are not indexed
-// (takeIndexed where they are).
-func (f *fluid) takeEntry(ents []aggEntry, r int32, rate, coef int64) {
-	for i := f.entLo[r]; i < f.entHi[r]; i++ {
-		if ents[i].rate == rate {
-			ents[i].w -= coef
-			ents[i].c--
-			return
-		}
-	}
-}
-
 // entryOf is the index in ents of resource r's entry at rate, or -1.
 func (f *fluid) entryOf(ents []aggEntry, r int32, rate int64) int32 {
 	if f.bkt[r].ix == nil {
@@ -1052,13 +1039,12 @@ func (f *fluid) entryOf(ents []aggEntry, r int32, rate int64) int32 {
 	return -1
 }
 
-// takeIndexed is takeEntry where r's buckets are indexed (its entries
-// mirror its buckets): callers choose.
-func (f *fluid) takeIndexed(ents []aggEntry, r int32, rate, coef int64) {
-	if b := f.bkt[r].find(rate); b >= 0 {
-		x := &ents[f.entLo[r]+int32(b)]
-		x.w -= coef
-		x.c--
+// take takes a flow's slot on resource r of A, of coefficient coef, out
+// of r's entry at rate.
+func (f *fluid) take(ents []aggEntry, r int32, rate, coef int64) {
+	if j := f.entryOf(ents, r, rate); j >= 0 {
+		ents[j].w -= coef
+		ents[j].c--
 	}
 }
 
@@ -1077,11 +1063,7 @@ func (f *fluid) expand(ents []aggEntry, j int32, level int64, e uint32, X []int3
 		fl := &f.flows[id]
 		for k := range int(fl.n) {
 			if r := fl.res[k]; r != x.r && f.resMark[r] == e {
-				if f.bkt[r].ix == nil {
-					f.takeEntry(ents, r, x.rate, fl.coef[k])
-				} else {
-					f.takeIndexed(ents, r, x.rate, fl.coef[k])
-				}
+				f.take(ents, r, x.rate, fl.coef[k])
 			}
 		}
 	}
