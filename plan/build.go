@@ -304,6 +304,11 @@ func (b *builder) project() {
 	if p := proj(len(s.BoxPool)); p > cap(s.BoxPool) {
 		s.BoxPool = growTo(s.BoxPool, p)
 	}
+	// The buffers, projected the same way: appended one at a time, they
+	// doubled, each copy into fresh pages (0.25 s of dsv3-256 agbcast).
+	if p := proj(len(s.Buffers)); p > cap(s.Buffers) {
+		s.Buffers = growTo(s.Buffers, p)
+	}
 }
 
 // errOverLimit is what add panics with when the schedule passes the ops

@@ -113,7 +113,13 @@ func mix(h, x uint64) uint64 {
 // equitable.
 func (e *engine) findSymmetry() *symmetry {
 	s := e.s
-	var unitA []int32
+	nu := 0 // a unit per op but recvs: counted, so that unitA is made once
+	for i := range s.Ops {
+		if s.Ops[i].Kind != ir.Recv {
+			nu++
+		}
+	}
+	unitA := make([]int32, 0, nu)
 	unitOf := make([]int32, len(s.Ops))
 	for i := range s.Ops {
 		op := &s.Ops[i]
@@ -127,7 +133,6 @@ func (e *engine) findSymmetry() *symmetry {
 		}
 		unitA = append(unitA, int32(i))
 	}
-	nu := len(unitA)
 	// Bounds, cheap, on the classes the refinement below would find: too
 	// many, and the schedule has too little symmetry to pay for finding
 	// it. Each stands a unit's ends for its resources: a GPU's sending
