@@ -20,12 +20,12 @@ import (
 // output is unchanged.
 
 // simRates is the slowest and fastest ops a second m2n has simulated, by
-// route, on the 2-core VM of docs/performance.md (the scaling-dsv3 and
-// dsv3-256 points): how fast a schedule goes depends on how many flows
+// route, on the 2-core VM of docs/performance.md (the scaling-dsv3,
+// scaling-qwen3-235b and dsv3-256 points): how fast a schedule goes depends on how many flows
 // share its ports, which its op count does not tell.
 var simRates = map[string][2]float64{
 	plan.Flat:         {10_000, 21_000},    // dsv3-256: about 1e6 ops in 47 s
-	plan.Hierarchical: {40_000, 1_500_000}, // 1.1e7 ops in 284 s at 512 GPUs; 4.7e7 in 32 s at 2,048
+	plan.Hierarchical: {30_000, 1_500_000}, // scaling-qwen3-235b: 1.9e7 ops in 557 s at 512 GPUs; scaling-dsv3: 4.7e7 in 32 s at 2,048
 	plan.AGBcast:      {300_000, 700_000},  // 1.7e7 ops in 26 s at 512 GPUs
 	plan.NemoLegacy:   {300_000, 700_000},  // 1.3e7 ops in 19 s at 512 GPUs
 }

@@ -20,7 +20,7 @@ func TestETA(t *testing.T) {
 	ops := int(simRates[plan.Hierarchical][0] * 600) // ten minutes at the slowest rate
 	e := newETA(&long, "gpus=512 hierarchical", plan.Hierarchical)
 	e.observe(sim.Progress{Ops: ops})
-	if got := long.String(); !strings.Contains(got, "gpus=512 hierarchical: 2.4e7 ops to simulate; 16s to 10m0s") {
+	if got := long.String(); !strings.Contains(got, "gpus=512 hierarchical: 1.8e7 ops to simulate; 12s to 10m0s") {
 		t.Errorf("announcement %q", got)
 	}
 	long.Reset()
@@ -31,7 +31,7 @@ func TestETA(t *testing.T) {
 	}
 	now = now.Add(5 * time.Second)
 	e.observe(sim.Progress{Ops: ops, OpsDone: ops / 10, Flows: ops / 2, Events: int64(ops) / 4})
-	if got := long.String(); !strings.Contains(got, "25% of 1.2e7 flows' events in 10s") || !strings.Contains(got, "about 30s left") {
+	if got := long.String(); !strings.Contains(got, "25% of 9e6 flows' events in 10s") || !strings.Contains(got, "about 30s left") {
 		t.Errorf("first report %q", got)
 	}
 	long.Reset()
@@ -42,7 +42,7 @@ func TestETA(t *testing.T) {
 	}
 	now = now.Add(30 * time.Second)
 	e.observe(sim.Progress{Ops: ops, OpsDone: ops / 2, Flows: ops / 2, Events: int64(ops) * 7 / 10})
-	if got := long.String(); !strings.Contains(got, "70% of 1.2e7 flows' events in 1m10s") || !strings.Contains(got, "about 30s left") {
+	if got := long.String(); !strings.Contains(got, "70% of 9e6 flows' events in 1m10s") || !strings.Contains(got, "about 30s left") {
 		t.Errorf("report %q", got)
 	}
 	long.Reset()
