@@ -18,6 +18,13 @@ import (
 // itself; and every etaEvery after. Short ones (under etaAnnounce at the
 // slowest rate, and done before etaFirst) say nothing, so that everyday
 // output is unchanged.
+//
+// Its own rate is counted in events, and a whole-model simulation's first
+// events cost the most (they run while most of its flows share the ports:
+// scaling-qwen3-235b at 1,024 GPUs said "about 7h26m0s left" 1m42s before
+// it ended). So until the route's slowest rate would have finished (when
+// the simulation is slower than any measured, it says so by going on), an
+// estimate says at most what that rate leaves (slowestEnd).
 
 // simRates is the slowest and fastest ops a second m2n has simulated, by
 // route, on the 2-core VM of docs/performance.md (the scaling-dsv3,
@@ -39,6 +46,25 @@ const (
 // wallClock is the clock of the estimates (a variable for tests).
 var wallClock = time.Now
 
+// slowestEnd is when a simulation of ops ops that started at start ends at
+// its route's slowest rate (simRates); zero where the route has none.
+func slowestEnd(route string, ops int, start time.Time) time.Time {
+	rates, ok := simRates[route]
+	if !ok || ops <= 0 {
+		return time.Time{}
+	}
+	return start.Add(time.Duration(float64(ops) / rates[0] * float64(time.Second)))
+}
+
+// capLeft is left, at most what remains at now until end (slowestEnd)
+// while end is ahead.
+func capLeft(left time.Duration, now, end time.Time) time.Duration {
+	if !end.IsZero() && now.Before(end) {
+		return min(left, end.Sub(now))
+	}
+	return left
+}
+
 // eta follows one simulation's progress and writes its estimates to w.
 type eta struct {
 	mu       sync.Mutex
@@ -47,7 +73,8 @@ type eta struct {
 	route    string
 	start    time.Time
 	last     time.Time
-	long     bool // announced: it reports as it goes
+	slowest  time.Time // when the route's slowest rate would end it (slowestEnd)
+	long     bool      // announced: it reports as it goes
 	finished bool
 }
 
@@ -62,6 +89,7 @@ func (t *eta) observe(p sim.Progress) {
 	now := wallClock()
 	if t.start.IsZero() {
 		t.start, t.last = now, now.Add(etaFirst-etaEvery)
+		t.slowest = slowestEnd(t.route, p.Ops, now)
 		rates, ok := simRates[t.route]
 		if !ok || p.Ops == 0 {
 			return
@@ -88,7 +116,7 @@ func (t *eta) observe(p sim.Progress) {
 	}
 	t.last = now
 	spent := now.Sub(t.start)
-	left := time.Duration(float64(spent) * (1 - done) / done)
+	left := capLeft(time.Duration(float64(spent)*(1-done)/done), now, t.slowest)
 	if !t.long && spent+left < etaAnnounce {
 		return
 	}
@@ -109,6 +137,9 @@ func roundDuration(d time.Duration) string {
 // pr takes them.
 func simTask(pr progress, j simJob) task {
 	t := pr.task(j.label())
+	if lt, ok := t.(*lineTask); ok {
+		lt.route = j.route
+	}
 	if w := pr.estimates(); w != nil {
 		return etaTask{t, newETA(w, j.label(), j.route)}
 	}

@@ -52,6 +52,26 @@ func TestETA(t *testing.T) {
 		t.Errorf("a report at the end: %q", long.String())
 	}
 
+	// A simulation whose first events are slow: its own rate would say
+	// 16m30s left after 10 s, the route's slowest rate 9m50s; once past
+	// that, its own rate again.
+	var slow strings.Builder
+	e = newETA(&slow, "gpus=1024 hierarchical", plan.Hierarchical)
+	now = now.Add(time.Minute)
+	e.observe(sim.Progress{Ops: ops})
+	slow.Reset()
+	now = now.Add(10 * time.Second)
+	e.observe(sim.Progress{Ops: ops, Flows: 1000, Events: 20})
+	if got := slow.String(); !strings.Contains(got, "1% of 1000 flows' events in 10s") || !strings.Contains(got, "about 9m50s left") {
+		t.Errorf("capped report %q", got)
+	}
+	slow.Reset()
+	now = now.Add(10*time.Minute + 50*time.Second)
+	e.observe(sim.Progress{Ops: ops, Flows: 1000, Events: 40})
+	if got := slow.String(); !strings.Contains(got, "2% of 1000 flows' events in 11m0s") || !strings.Contains(got, "about 8h59m0s left") {
+		t.Errorf("report past the slowest rate %q", got)
+	}
+
 	var short strings.Builder
 	s := newETA(&short, "paper-2gpu flat", plan.Flat)
 	s.observe(sim.Progress{Ops: 1000})

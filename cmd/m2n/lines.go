@@ -46,13 +46,15 @@ type lineProgress struct {
 }
 
 type lineTask struct {
-	p      *lineProgress
-	label  string
-	start  time.Time
-	events atomic.Int64 // flow starts and ends so far
-	flows  atomic.Int64 // the schedule's flows: two events each
-	at     atomic.Int64 // when the simulation last reported (wall clock, ns)
-	ended  atomic.Bool
+	p       *lineProgress
+	label   string
+	route   string // its route, for slowestEnd ("" : none)
+	start   time.Time
+	slowest atomic.Int64 // slowestEnd from its simulation's first report (wall clock, ns; 0: none)
+	events  atomic.Int64 // flow starts and ends so far
+	flows   atomic.Int64 // the schedule's flows: two events each
+	at      atomic.Int64 // when the simulation last reported (wall clock, ns)
+	ended   atomic.Bool
 }
 
 func newLineProgress(w io.Writer, command, what string, total int) *lineProgress {
@@ -90,6 +92,11 @@ func (lp *lineProgress) task(label string) task {
 }
 
 func (t *lineTask) sim(p sim.Progress, _ units.Time) {
+	if t.slowest.Load() == 0 {
+		if end := slowestEnd(t.route, p.Ops, wallClock()); !end.IsZero() {
+			t.slowest.Store(end.UnixNano())
+		}
+	}
 	t.flows.Store(int64(p.Flows))
 	t.events.Store(p.Events)
 	t.at.Store(wallClock().UnixNano())
@@ -126,7 +133,8 @@ func (lp *lineProgress) estimates() io.Writer { return lp.w }
 // line is the progress line at now: "m2n sim: 3 of 12 simulations done,
 // 1m20s so far, about 4m10s left (running: rho=2 flat 45% of its
 // events)". The estimate: each running task's time left from the share of
-// its flow events done (a task that has not reported takes the mean task time), plus the
+// its flow events done, at most what its route's slowest rate leaves while
+// that is ahead (eta.go; a task that has not reported takes the mean task time), plus the
 // tasks not started at the mean time of a finished task (or, before any
 // has finished, of a running one's estimated total), over as many at once
 // as are running.
@@ -155,6 +163,10 @@ func (lp *lineProgress) line(now time.Time) string {
 			// From when it reported, not from now: a simulation that
 			// reports rarely does not seem to slow down between reports.
 			r.total = time.Duration(float64(time.Unix(0, t.at.Load()).Sub(t.start)) / r.frac)
+			if end := t.slowest.Load(); end != 0 {
+				// At most what the route's slowest rate leaves (eta.go).
+				r.total = capLeft(r.total-r.elapsed, now, time.Unix(0, end)) + r.elapsed
+			}
 			guessSum += r.total
 			guesses++
 		}

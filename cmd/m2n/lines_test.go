@@ -47,6 +47,25 @@ func TestProgressLine(t *testing.T) {
 	if got, want := lp.line(t0.Add(80*time.Second)), "m2n sim: 2 of 5 simulations done, 1m20s so far, about 20s left (running: rho=4 agbcast; rho=4 flat 25% of its events)"; got != want {
 		t.Errorf("got  %q\nwant %q", got, want)
 	}
+	// A task of a route with rates: its estimate is at most what the
+	// route's slowest rate leaves (a minute's ops at it), until that has
+	// passed.
+	lp.running, lp.done, lp.doneTime, lp.total = map[*lineTask]bool{}, 0, 0, 1
+	d := &lineTask{p: lp, label: "gpus=1024 hierarchical", route: "hierarchical", start: t0.Add(100 * time.Second)}
+	lp.running[d] = true
+	now = t0.Add(100 * time.Second)
+	ops := int(simRates["hierarchical"][0] * 60)
+	d.sim(sim.Progress{Ops: ops}, 0)
+	now = t0.Add(110 * time.Second)
+	d.sim(sim.Progress{Ops: ops, Events: 1, Flows: 50}, 0)
+	if got, want := lp.line(now), "m2n sim: 0 of 1 simulations done, 1m50s so far, about 50s left (running: gpus=1024 hierarchical 1% of its events)"; got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+	now = t0.Add(170 * time.Second)
+	d.sim(sim.Progress{Ops: ops, Events: 2, Flows: 50}, 0)
+	if got, want := lp.line(now), "m2n sim: 0 of 1 simulations done, 2m50s so far, about 57m10s left (running: gpus=1024 hierarchical 2% of its events)"; got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
 }
 
 // Off a terminal, a long command writes a progress line every
