@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/m2n-project/m2n/evaluate"
@@ -28,7 +30,8 @@ their old versions together.`)
 	asJSON := fs.Bool("json", false, "print the simulation records as JSON on stdout, as m2n sim --json does")
 	ideal := fs.Bool("ideal", false, "line rates and zero latencies: the conditions of the SOL bound")
 	outDir := fs.String("o", "", "the folder to write the report into (required; created if missing)")
-	from := fs.String("from", "", "make the report from this file of m2n sim --json records of the same scenario and selection, instead of simulating again")
+	var from multiFlag
+	fs.Var(&from, "from", "make the report from this file of m2n sim --json records of the same scenario and selection, instead of simulating again (repeatable: a sweep's records split over several files, each point and route in one of them)")
 	workers := jobsFlag(fs)
 	var sel selection
 	sel.register(fs)
@@ -51,7 +54,7 @@ their old versions together.`)
 		return usagef("report: -o -: a report is several files, so it needs a folder, not the standard output")
 	}
 	if len(pos) > 1 {
-		if *from != "" || *asJSON {
+		if len(from) > 0 || *asJSON {
 			return usagef("report: several scenarios (an overlay) take neither --from nor --json")
 		}
 		return overlayReport(ctx, e, pos, &sel, *ideal, *outDir, *progressMode, nworkers)
@@ -64,14 +67,10 @@ their old versions together.`)
 	if err != nil {
 		return err
 	}
-	if *from != "" {
-		data, err := readCapped(*from, maxSimJSONBytes, "m2n sim --json output")
+	if len(from) > 0 {
+		recs, skips, err := recordsFrom(from, sc.Name, points, jobs)
 		if err != nil {
-			return fmt.Errorf("--from: %w", err)
-		}
-		recs, skips, err := reports.RecordsFromJSON(data, sc.Name, points)
-		if err != nil {
-			return fmt.Errorf("--from %s: %w", *from, err)
+			return err
 		}
 		return finishReport(e, sc, recs, skips, tpName, *ideal, &sel, *outDir, *asJSON)
 	}
@@ -85,6 +84,69 @@ their old versions together.`)
 		return err
 	}
 	return finishReport(e, sc, recs, skips, tpName, *ideal, &sel, *outDir, *asJSON)
+}
+
+// recordsFrom reads the records of the selection (jobs: its points and
+// routes) from files of m2n sim --json output, each (point, route) in one
+// file at most, in the order a simulation of the selection gives them;
+// the files' records of other routes are left out.
+func recordsFrom(files []string, scenarioName string, points []*scenario.Point, jobs []simJob) ([]evaluate.Record, []evaluate.Skip, error) {
+	type key struct {
+		point int
+		route string
+	}
+	order := map[key]int{}
+	for i, j := range jobs {
+		if j.point != nil {
+			order[key{j.point.Index, j.route}] = i
+		}
+	}
+	in := map[key]string{} // where each (point, route) was read
+	var recs []evaluate.Record
+	var skips []evaluate.Skip
+	for _, f := range files {
+		data, err := readCapped(f, maxSimJSONBytes, "m2n sim --json output")
+		if err != nil {
+			return nil, nil, fmt.Errorf("--from: %w", err)
+		}
+		rs, ks, err := reports.RecordsFromJSON(data, scenarioName, points)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--from %s: %w", f, err)
+		}
+		seen := func(p *scenario.Point, route string) error {
+			k := key{p.Index, route}
+			if g, ok := in[k]; ok {
+				return fmt.Errorf("--from %s: point %s, route %s: in %s too", f, p.Label(), route, g)
+			}
+			in[k] = f
+			return nil
+		}
+		for _, r := range rs {
+			if _, ok := order[key{r.Point.Index, r.Route}]; !ok {
+				continue
+			}
+			if err := seen(r.Point, r.Route); err != nil {
+				return nil, nil, err
+			}
+			recs = append(recs, r)
+		}
+		for _, k := range ks {
+			if _, ok := order[key{k.Point.Index, k.Route}]; !ok {
+				continue
+			}
+			if err := seen(k.Point, k.Route); err != nil {
+				return nil, nil, err
+			}
+			skips = append(skips, k)
+		}
+	}
+	if len(recs) == 0 {
+		return nil, nil, fmt.Errorf("--from: no record of the selected routes")
+	}
+	rank := func(p *scenario.Point, route string) int { return order[key{p.Index, route}] }
+	slices.SortStableFunc(recs, func(a, b evaluate.Record) int { return cmp.Compare(rank(a.Point, a.Route), rank(b.Point, b.Route)) })
+	slices.SortStableFunc(skips, func(a, b evaluate.Skip) int { return cmp.Compare(rank(a.Point, a.Route), rank(b.Point, b.Route)) })
+	return recs, skips, nil
 }
 
 // finishReport renders and writes the report of the records.

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"image/png"
 	"io"
 	"math"
@@ -397,6 +398,38 @@ func TestReportFromSimJSON(t *testing.T) {
 	}
 	if _, stderr, code := run(t, "report", "--from", recs, "-o", filepath.Join(dir, "c"), "tensor-size"); code == 0 || !strings.Contains(stderr, `of scenario "paper-ffn-moe", not "tensor-size"`) {
 		t.Errorf("records of another scenario: exit %d: %s", code, stderr)
+	}
+	// The records split over files, by route and point, in another order:
+	// the same report.
+	var parts []string
+	for i, sel := range [][]string{
+		{"--route", "hierarchical,agbcast", "--point", "rho=8"},
+		{"--route", "flat,nemo-legacy"}, // nemo-legacy: not the scenario's, left out
+		{"--route", "agbcast,hierarchical", "--point", "rho=2", "--point", "rho=4"},
+	} {
+		out, stderr, code := run(t, append(append([]string{"sim", "--json"}, sel...), "paper-ffn-moe")...)
+		if code != 0 {
+			t.Fatalf("sim %v: exit %d: %s", sel, code, stderr)
+		}
+		parts = append(parts, filepath.Join(dir, fmt.Sprintf("part%d.json", i)))
+		if err := os.WriteFile(parts[i], []byte(out), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := filepath.Join(dir, "d")
+	if _, stderr, code := run(t, "report", "--from", parts[0], "--from", parts[1], "--from", parts[2], "-o", d, "paper-ffn-moe"); code != 0 {
+		t.Fatalf("report --from x3: exit %d: %s", code, stderr)
+	}
+	for _, f := range []string{"report.md", "results.csv", "latency.svg", "speedup.svg"} {
+		x, err1 := os.ReadFile(filepath.Join(d, f))
+		y, err2 := os.ReadFile(filepath.Join(b, f))
+		if err1 != nil || err2 != nil || !bytes.Equal(x, y) {
+			t.Errorf("%s differs between report --from three files and report (%v, %v)", f, err1, err2)
+		}
+	}
+	// A point and route in two files is an error naming both.
+	if _, stderr, code := run(t, "report", "--from", parts[0], "--from", recs, "-o", filepath.Join(dir, "e"), "paper-ffn-moe"); code == 0 || !strings.Contains(stderr, "point rho=8, route agbcast: in "+parts[0]+" too") {
+		t.Errorf("a record twice: exit %d: %s", code, stderr)
 	}
 }
 
