@@ -113,40 +113,56 @@ func recordsFrom(files []string, scenarioName string, points []*scenario.Point, 
 		if err != nil {
 			return nil, nil, fmt.Errorf("--from %s: %w", f, err)
 		}
-		seen := func(p *scenario.Point, route string) error {
+		// take reports whether the selection holds (p, route), and
+		// refuses it read before.
+		take := func(p *scenario.Point, route string) (bool, error) {
 			k := key{p.Index, route}
+			if _, ok := order[k]; !ok {
+				return false, nil
+			}
 			if g, ok := in[k]; ok {
-				return fmt.Errorf("--from %s: point %s, route %s: in %s too", f, p.Label(), route, g)
+				return false, fmt.Errorf("--from %s: point %s, route %s: in %s too", f, p.Label(), route, g)
 			}
 			in[k] = f
-			return nil
+			return true, nil
 		}
-		for _, r := range rs {
-			if _, ok := order[key{r.Point.Index, r.Route}]; !ok {
-				continue
-			}
-			if err := seen(r.Point, r.Route); err != nil {
-				return nil, nil, err
-			}
-			recs = append(recs, r)
+		if recs, err = appendTaken(recs, rs, recordAt, take); err != nil {
+			return nil, nil, err
 		}
-		for _, k := range ks {
-			if _, ok := order[key{k.Point.Index, k.Route}]; !ok {
-				continue
-			}
-			if err := seen(k.Point, k.Route); err != nil {
-				return nil, nil, err
-			}
-			skips = append(skips, k)
+		if skips, err = appendTaken(skips, ks, skipAt, take); err != nil {
+			return nil, nil, err
 		}
 	}
 	if len(recs) == 0 {
 		return nil, nil, fmt.Errorf("--from: no record of the selected routes")
 	}
 	rank := func(p *scenario.Point, route string) int { return order[key{p.Index, route}] }
-	slices.SortStableFunc(recs, func(a, b evaluate.Record) int { return cmp.Compare(rank(a.Point, a.Route), rank(b.Point, b.Route)) })
-	slices.SortStableFunc(skips, func(a, b evaluate.Skip) int { return cmp.Compare(rank(a.Point, a.Route), rank(b.Point, b.Route)) })
+	sortBy(recs, recordAt, rank)
+	sortBy(skips, skipAt, rank)
 	return recs, skips, nil
+}
+
+func recordAt(r evaluate.Record) (*scenario.Point, string) { return r.Point, r.Route }
+func skipAt(k evaluate.Skip) (*scenario.Point, string)     { return k.Point, k.Route }
+
+// appendTaken appends to out the items of xs that take takes, by their
+// point and route (at).
+func appendTaken[T any](out, xs []T, at func(T) (*scenario.Point, string), take func(*scenario.Point, string) (bool, error)) ([]T, error) {
+	for _, x := range xs {
+		ok, err := take(at(x))
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, x)
+		}
+	}
+	return out, nil
+}
+
+// sortBy sorts xs by the rank of their point and route (at), stably.
+func sortBy[T any](xs []T, at func(T) (*scenario.Point, string), rank func(*scenario.Point, string) int) {
+	slices.SortStableFunc(xs, func(a, b T) int { return cmp.Compare(rank(at(a)), rank(at(b))) })
 }
 
 // finishReport renders and writes the report of the records.

@@ -389,13 +389,7 @@ func TestReportFromSimJSON(t *testing.T) {
 	if _, stderr, code := run(t, "report", "-o", b, "paper-ffn-moe"); code != 0 {
 		t.Fatalf("report: exit %d: %s", code, stderr)
 	}
-	for _, f := range []string{"report.md", "results.csv", "latency.svg", "speedup.svg"} {
-		x, err1 := os.ReadFile(filepath.Join(a, f))
-		y, err2 := os.ReadFile(filepath.Join(b, f))
-		if err1 != nil || err2 != nil || !bytes.Equal(x, y) {
-			t.Errorf("%s differs between report --from and report (%v, %v)", f, err1, err2)
-		}
-	}
+	sameReport(t, a, b, "report --from and report")
 	if _, stderr, code := run(t, "report", "--from", recs, "-o", filepath.Join(dir, "c"), "tensor-size"); code == 0 || !strings.Contains(stderr, `of scenario "paper-ffn-moe", not "tensor-size"`) {
 		t.Errorf("records of another scenario: exit %d: %s", code, stderr)
 	}
@@ -420,16 +414,22 @@ func TestReportFromSimJSON(t *testing.T) {
 	if _, stderr, code := run(t, "report", "--from", parts[0], "--from", parts[1], "--from", parts[2], "-o", d, "paper-ffn-moe"); code != 0 {
 		t.Fatalf("report --from x3: exit %d: %s", code, stderr)
 	}
-	for _, f := range []string{"report.md", "results.csv", "latency.svg", "speedup.svg"} {
-		x, err1 := os.ReadFile(filepath.Join(d, f))
-		y, err2 := os.ReadFile(filepath.Join(b, f))
-		if err1 != nil || err2 != nil || !bytes.Equal(x, y) {
-			t.Errorf("%s differs between report --from three files and report (%v, %v)", f, err1, err2)
-		}
-	}
+	sameReport(t, d, b, "report --from three files and report")
 	// A point and route in two files is an error naming both.
 	if _, stderr, code := run(t, "report", "--from", parts[0], "--from", recs, "-o", filepath.Join(dir, "e"), "paper-ffn-moe"); code == 0 || !strings.Contains(stderr, "point rho=8, route agbcast: in "+parts[0]+" too") {
 		t.Errorf("a record twice: exit %d: %s", code, stderr)
+	}
+}
+
+// sameReport fails t where the reports in folders a and b differ.
+func sameReport(t *testing.T, a, b, what string) {
+	t.Helper()
+	for _, f := range []string{"report.md", "results.csv", "latency.svg", "speedup.svg"} {
+		x, err1 := os.ReadFile(filepath.Join(a, f))
+		y, err2 := os.ReadFile(filepath.Join(b, f))
+		if err1 != nil || err2 != nil || !bytes.Equal(x, y) {
+			t.Errorf("%s differs between %s (%v, %v)", f, what, err1, err2)
+		}
 	}
 }
 
