@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"flag"
+	"strings"
 	"testing"
 
 	"github.com/m2n-project/m2n/internal/scentest"
@@ -143,4 +145,87 @@ func BenchmarkSymmetrySearch(b *testing.B) {
 			b.ReportMetric(float64(res), "resource-classes")
 		})
 	}
+}
+
+// solvePoint is the point BenchmarkSolveSizes simulates: scenario/point/route.
+var solvePoint = flag.String("solvepoint", "scaling-qwen3-235b/gpus=128/hierarchical", "BenchmarkSolveSizes: the scenario, point label and route to count the solves of")
+
+// solveWindow is how many solves BenchmarkSolveSizes averages over to
+// find its busiest stretch.
+const solveWindow = 2000
+
+// countingFluid is the solver counting, after every solve, the resources
+// it refilled (A), the flows it took one by one (X) and the levels it
+// changed, over the run and per window of solveWindow solves.
+type countingFluid struct {
+	*fluid
+	c *solveCounts
+}
+
+type solveCounts struct {
+	solves, a, x, levels int64 // summed over the run
+	wa, wx, wl, wn       int64 // summed over the window under way
+	maxA, maxX, maxL     float64
+}
+
+func (c countingFluid) solve() {
+	c.fluid.solve()
+	n := c.c
+	a, x, l := int64(len(c.fluid.A)), int64(len(c.fluid.X)), int64(len(c.fluid.levelCh))
+	n.solves, n.a, n.x, n.levels = n.solves+1, n.a+a, n.x+x, n.levels+l
+	n.wa, n.wx, n.wl, n.wn = n.wa+a, n.wx+x, n.wl+l, n.wn+1
+	if n.wn == solveWindow {
+		w := float64(solveWindow)
+		n.maxA, n.maxX, n.maxL = max(n.maxA, float64(n.wa)/w), max(n.maxX, float64(n.wx)/w), max(n.maxL, float64(n.wl)/w)
+		n.wa, n.wx, n.wl, n.wn = 0, 0, 0, 0
+	}
+}
+
+// BenchmarkSolveSizes counts how large the solves of one simulation are
+// (-solvepoint; docs/performance.md, "Memory touched once; entries found
+// once"): per solve on average, and in the busiest window of solveWindow
+// solves, the resources refilled, the flows taken one by one and the
+// levels changed. A window whose levels changed come near its resources
+// refilled is a coupled phase: one event there moves every port's level.
+func BenchmarkSolveSizes(b *testing.B) {
+	parts := strings.Split(*solvePoint, "/")
+	if len(parts) != 3 {
+		b.Fatalf("-solvepoint %q: want scenario/point/route", *solvePoint)
+	}
+	var p *scenario.Point
+	for _, q := range scentest.Points(b, parts[0]) {
+		if q.Label() == parts[1] {
+			p = q
+		}
+	}
+	if p == nil {
+		b.Fatalf("-solvepoint %q: no point %s", *solvePoint, parts[1])
+	}
+	ts := make([]ir.Tensor, len(p.Tensors))
+	for i, t := range p.Tensors {
+		ts[i] = ir.Tensor{Name: t.Name, Src: t.Src, Dst: t.Dst}
+	}
+	chunk := int64(plan.DefaultChunkBytes)
+	if p.Chunk != nil {
+		chunk = int64(*p.Chunk)
+	}
+	s, err := plan.Build(ts, p.Topology, plan.Options{Route: parts[2], ChunkBytes: chunk})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var c solveCounts
+	for b.Loop() {
+		c = solveCounts{}
+		if _, err := run(s, p.Topology, Options{NoSymmetry: true}, engineWith(func(capa []u128) solver { return countingFluid{newFluid(capa), &c} })); err != nil {
+			b.Fatal(err)
+		}
+	}
+	n := float64(max(c.solves, 1))
+	b.ReportMetric(float64(c.solves), "solves")
+	b.ReportMetric(float64(c.a)/n, "resources/solve")
+	b.ReportMetric(float64(c.x)/n, "flows/solve")
+	b.ReportMetric(float64(c.levels)/n, "levels/solve")
+	b.ReportMetric(c.maxA, "busiest-resources/solve")
+	b.ReportMetric(c.maxX, "busiest-flows/solve")
+	b.ReportMetric(c.maxL, "busiest-levels/solve")
 }
