@@ -109,7 +109,17 @@ func BenchmarkWorkloadPlan(b *testing.B) {
 // its first point.
 func workloadSchedule(b testing.TB, name, route string) (*scenario.Point, *ir.Schedule) {
 	b.Helper()
-	p, ts := workloadPoint(b, name)
+	p, _ := workloadPoint(b, name)
+	return p, pointSchedule(b, p, route)
+}
+
+// pointSchedule builds one route of a scenario point, at its chunk.
+func pointSchedule(b testing.TB, p *scenario.Point, route string) *ir.Schedule {
+	b.Helper()
+	ts := make([]ir.Tensor, len(p.Tensors))
+	for i, t := range p.Tensors {
+		ts[i] = ir.Tensor{Name: t.Name, Src: t.Src, Dst: t.Dst}
+	}
 	chunk := int64(plan.DefaultChunkBytes)
 	if p.Chunk != nil {
 		chunk = int64(*p.Chunk)
@@ -118,7 +128,7 @@ func workloadSchedule(b testing.TB, name, route string) (*scenario.Point, *ir.Sc
 	if err != nil {
 		b.Fatal(err)
 	}
-	return p, s
+	return s
 }
 
 // BenchmarkSymmetrySearch looks for the symmetry of one route of
@@ -201,18 +211,7 @@ func BenchmarkSolveSizes(b *testing.B) {
 	if p == nil {
 		b.Fatalf("-solvepoint %q: no point %s", *solvePoint, parts[1])
 	}
-	ts := make([]ir.Tensor, len(p.Tensors))
-	for i, t := range p.Tensors {
-		ts[i] = ir.Tensor{Name: t.Name, Src: t.Src, Dst: t.Dst}
-	}
-	chunk := int64(plan.DefaultChunkBytes)
-	if p.Chunk != nil {
-		chunk = int64(*p.Chunk)
-	}
-	s, err := plan.Build(ts, p.Topology, plan.Options{Route: parts[2], ChunkBytes: chunk})
-	if err != nil {
-		b.Fatal(err)
-	}
+	s := pointSchedule(b, p, parts[2])
 	var c solveCounts
 	for b.Loop() {
 		c = solveCounts{}
